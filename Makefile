@@ -1,0 +1,50 @@
+# gpuplan — `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.DEFAULT_GOAL := help
+.PHONY: help install test unit e2e lint bench cluster-up cluster-down demo clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: $(BIN)/python ## create .venv and install gpuplan with its test and lint tools
+	$(BIN)/pip install -q -e '.[operator,loadtest,test,lint]'
+
+test: unit ## run every test (unit tests; e2e joins once the cluster harness lands)
+
+unit: ## unit and property tests (no cluster needed)
+	$(BIN)/pytest -q tests
+
+e2e: ## end-to-end tests against a real local control plane (starts it if needed)
+	bash hack/cluster-up.sh
+	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e
+
+lint: ## ruff, mypy --strict, and the layer contract (planner imports no kopf/kubernetes)
+	$(BIN)/ruff check planner operator loadtest tests bench
+	$(BIN)/ruff format --check planner operator loadtest tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+bench: ## planner vs the seed's brute force, and the large 3×120-node case
+	$(BIN)/python bench/run.py
+
+cluster-up: ## start the local kube-apiserver/scheduler/controller-manager + kwok nodes
+	bash hack/cluster-up.sh
+
+cluster-down: ## stop the local cluster
+	bash hack/cluster-down.sh
+
+demo: install ## set everything up and plan the sample cluster
+	$(BIN)/gpuplan plan examples/image-fence.yaml --nodes examples/nodes.yaml
+
+clean: ## remove build and cache files
+	rm -rf build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

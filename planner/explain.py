@@ -1,0 +1,116 @@
+"""Explain a plan to a person: per request, the split, where it lands, and why not a better one.
+
+Notes
+-----
+"Why not a better split" is answered by evidence, not by guesses: a split the table does not admit
+says which rule refused it; a split that cannot be placed at all says which count fell short;
+anything else is checked by re-running the search with that split forced, which either proves it
+cannot fit next to the other requests or shows the lower total it would lead to. These extra
+searches are capped (``budget`` seconds in all) and said so when cut short.
+"""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+
+from planner.model import PlanSpec
+from planner.options import Item, Split, TypeProblem
+from planner.result import PlanResult
+from planner.solver import solve
+
+
+def _num(x: Fraction | None) -> str:
+    if x is None:
+        return "-"
+    return str(x.numerator) if x.denominator == 1 else f"{float(x):.4g}"
+
+
+def _static_reason(problem: TypeProblem, item: Item, split: Split) -> str | None:
+    """A reason from counting alone, when one exists."""
+    g, k = split.units, split.instances
+    fits = [f for _, f in problem.nodes if f >= g]
+    if item.distinct and len(fits) < k:
+        return f"needs {k} distinct nodes with ≥{g} free, only {len(fits)} have that"
+    slots = sum(f // g for f in fits)
+    if slots < k:
+        return f"only {slots} instances of {g} fit in the free cards, {k} needed"
+    return None
+
+
+def _why_not(
+    problem: TypeProblem, item: Item, s: int, total: Fraction, deadline: float
+) -> str:
+    split = item.splits[s]
+    static = _static_reason(problem, item, split)
+    if static:
+        return static
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return "not analysed (explanation time budget used up)"
+    out = solve(problem, seconds=min(left, 2.0), forced={item.index: s})
+    if out.status == "infeasible":
+        return "does not fit together with the other requests on these nodes"
+    if out.score is not None and out.choice is not None:
+        changed = [
+            f"{it.label} {it.splits[c].text}"
+            for it, c in zip(problem.items, out.choice, strict=True)
+            if it is not item and c != 0
+        ]
+        tail = f" (it forces {', '.join(changed)})" if changed else ""
+        return f"fits, but the best plan with it scores {_num(out.score)} < {_num(total)}{tail}"
+    return "not decided within the explanation time budget"
+
+
+def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
+    lines = []
+    head = f"Plan {spec.namespace}/{spec.name} (scoring {spec.scoring}): "
+    if not result.feasible:
+        lines.append(head + "NO DEPLOYABLE PLAN")
+        for c in result.conflicts:
+            lines.append(f"  {c.resource}: these requests cannot be placed together: {', '.join(c.operators)}")
+            lines.append(f"    {c.detail}")
+            lines.append("    dropping or shrinking any one of them makes the rest fit")
+        if result.reason and not result.conflicts:
+            lines.append(f"  {result.reason}")
+        return "\n".join(lines) + "\n"
+    status = "optimal (proven)" if result.optimal else f"best found, bound {_num(result.bound)}"
+    lines.append(head + f"score {_num(result.score)}, {status}")
+    lines.append(f"cards placed {result.cards_placed}/{result.cards_requested}")
+    deadline = time.monotonic() + budget
+    by_key = {(a.operator, a.resource): a for a in result.allocations}
+    type_scores: dict[str, Fraction] = {}
+    for a in result.allocations:
+        type_scores[a.resource] = type_scores.get(a.resource, Fraction(0)) + a.term
+    stats = {s.resource: s for s in result.stats}
+    for problem in result.problems:
+        name = problem.resource.name
+        free = [f for _, f in problem.nodes]
+        st = stats.get(name)
+        how = f"; decided by {st.method} in {st.seconds:.2f}s" if st else ""
+        lines.append("")
+        lines.append(
+            f"{name}: {len(free)} usable nodes, {sum(free)} cards free "
+            f"(per node: {', '.join(map(str, sorted(free, reverse=True))) or 'none'}); "
+            f"score {_num(type_scores.get(name))} of at most {_num(problem.upper_bound)}{how}"
+        )
+        for item in problem.items:
+            a = by_key[item.request.operator, name]
+            chosen = next(
+                s for s, sp in enumerate(item.splits)
+                if sp.instances == a.instances and sp.units == a.units
+            )  # fmt: skip
+            where = ", ".join(f"{n}×{c}" if c > 1 else n for n, c in a.nodes)
+            lines.append(
+                f"  {item.label:<24} {item.strategy.value:<8} {a.instances}×{a.units} "
+                f"(term {_num(a.term)})  on {where}"
+            )
+            better = [s for s, sp in enumerate(item.splits) if sp.score > a.term]
+            for s in better:
+                why = _why_not(problem, item, s, type_scores.get(name, Fraction(0)), deadline)
+                sp = item.splits[s]
+                lines.append(f"      not {sp.text} (term {_num(sp.score)}): {why}")
+            for k, g, why in item.rejected:
+                lines.append(f"      not {k}×{g}: not admissible, {why}")
+            del chosen
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,194 @@
+"""The planner's input, as frozen values.
+
+Notes
+-----
+A plan's spec (what the user asked for) and a snapshot (what the cluster has free) are kept apart:
+the spec comes from a GpuAllocationPlan or the seed's JSON, the snapshot from a NodeList and a
+PodList. Both are immutable so a planning run can be repeated and compared, and so the operator
+can hand the same values to the CLI's renderer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Strategy(str, Enum):
+    """How a request's cards are split (contract section 2)."""
+
+    MACHINE = "machine"  # IO-bound: few, large instances
+    SERVICE = "service"  # compute-bound: many instances on distinct nodes
+    SINGLE = "single"  # one card per instance
+    SPECIAL = "special"  # the user fixed the instance count (machineNum)
+
+
+KEY_STRATEGIES = (Strategy.MACHINE, Strategy.SERVICE, Strategy.SINGLE)
+
+
+@dataclass(frozen=True)
+class LinkStrategy:
+    """How link services share a partition's cards (seed 001).
+
+    ``share-0-0``: one link service shares all the partition's cards with the key service.
+    ``share-A-B``: one link service per A cards, at most B, at least one; all share the cards.
+    ``detach-A-B``: per A cards one link service takes one card of its own, at most B; the key
+    service keeps the rest. A partition smaller than A cards falls back to ``share-A-B``.
+    """
+
+    mode: str  # "share" | "detach"
+    per_cards: int
+    max_links: int
+
+    @property
+    def text(self) -> str:
+        return f"{self.mode}-{self.per_cards}-{self.max_links}"
+
+    def links_for(self, cards: int) -> tuple[int, bool]:
+        """Return (how many link services a partition of ``cards`` starts, whether detached)."""
+        if self.mode == "share" and self.per_cards == 0:
+            return 1, False
+        per = max(self.per_cards, 1)
+        if self.mode == "detach" and cards >= per:
+            # each detached link takes one card; keep at least one for the key service
+            return max(0, min(self.max_links, cards // per, cards - 1)), True
+        count = max(1, cards // per)
+        if self.max_links > 0:
+            count = min(count, self.max_links)
+        return count, False
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One entry of the resource model (seed ``meta.resource``)."""
+
+    name: str
+    kind: str  # "GPU" | "CPU"
+    resource_name: str
+    node_selector: tuple[tuple[str, str], ...]
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.node_selector)
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """One entry of the operator catalog (seed ``meta.operator``)."""
+
+    name: str
+    key_strategy: Strategy
+    link_strategy: LinkStrategy
+    key_service: str
+    link_services: tuple[str, ...] = ()
+    flamewaker: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    patches: tuple[Mapping[str, Any], ...] = field(default=(), compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Request:
+    """Cards of one resource type asked for one operator."""
+
+    operator: str
+    resource: str
+    cards: int
+    machines: int | None = None  # machineNum: fixes the instance count (special strategy)
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str | None
+    operator: str  # "Equal" | "Exists"
+    value: str | None
+    effect: str | None
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key is None:  # empty key with Exists tolerates everything
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or (self.value or "") == (taint.value or "")
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str | None
+    effect: str
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """A validated GpuAllocationPlan spec."""
+
+    name: str
+    namespace: str
+    resources: tuple[ResourceType, ...]
+    operators: tuple[OperatorSpec, ...]
+    requests: tuple[Request, ...]
+    scoring: str = "v1"
+    deploy: bool = False
+    dry_run: bool = False
+    tolerations: tuple[Toleration, ...] = ()
+    image: str = "ragnaros/flamewaker:latest"
+
+    def resource(self, name: str) -> ResourceType:
+        for r in self.resources:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def operator(self, name: str) -> OperatorSpec:
+        for o in self.operators:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as the planner sees it: labels, allocatable, and what is already used."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    allocatable: tuple[tuple[str, int], ...]  # resource name -> units (cpu in millicores)
+    used: tuple[tuple[str, int], ...] = ()
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
+
+    def free(self, resource_name: str) -> int:
+        """Free whole units of a resource (cards, or whole CPU cores)."""
+        alloc = dict(self.allocatable).get(resource_name, 0)
+        used = dict(self.used).get(resource_name, 0)
+        left = max(0, alloc - used)
+        return left // 1000 if resource_name == "cpu" else left
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The cluster as planned against: every node, schedulable or not."""
+
+    nodes: tuple[Node, ...]
+
+    def usable(self, resource: ResourceType, tolerations: tuple[Toleration, ...]) -> list[Node]:
+        """Nodes of a type that a pod of this plan could be scheduled on, in name order."""
+        out = []
+        for node in self.nodes:
+            if node.unschedulable or not resource.selects(node.label_map):
+                continue
+            blocking = [
+                t
+                for t in node.taints
+                if t.effect in ("NoSchedule", "NoExecute")
+                and not any(tol.tolerates(t) for tol in tolerations)
+            ]
+            if not blocking:
+                out.append(node)
+        return sorted(out, key=lambda n: n.name)

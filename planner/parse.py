@@ -1,0 +1,399 @@
+"""Turn manifests (already loaded as dicts) into the planner's frozen input values.
+
+Notes
+-----
+This is the planner's front door: everything it admits is well-formed, and everything it refuses
+raises :class:`~planner.errors.InvalidInput` naming the field, in the shape users wrote it
+(``requests.face_image_flow``, ``resources[1].kind``). The CRD's schema rejects most of this at
+the API server already; these checks are for the CLI and for rules a schema cannot express.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from planner.catalog import BUILTIN_OPERATORS, default_resources
+from planner.errors import InvalidInput
+from planner.model import (
+    KEY_STRATEGIES,
+    LinkStrategy,
+    Node,
+    OperatorSpec,
+    PlanSpec,
+    Request,
+    ResourceType,
+    Snapshot,
+    Strategy,
+    Taint,
+    Toleration,
+)
+
+API_GROUP = "gpuplan.ragnaros.io"
+API_VERSION = f"{API_GROUP}/v1alpha1"
+KIND = "GpuAllocationPlan"
+SEED_KEY = "ragnaros_operator_config"
+SCORINGS = ("v1", "v2")
+_LINK_RE = re.compile(r"^(share|detach)-(\d+)-(\d+)$")
+_SEED_LONG = {"resource_num": "resourceNum", "machine_num": "machineNum"}
+
+
+def _mapping(value: Any, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidInput(field, f"expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _count(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise InvalidInput(field, f"expected a whole number of cards, got {value!r}")
+    if value < 0:
+        raise InvalidInput(field, f"must not be negative, got {value}")
+    return value
+
+
+def _find_seed(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    if SEED_KEY in doc:
+        return _mapping(doc[SEED_KEY], SEED_KEY)
+    for value in doc.values():  # the seed nests it one level down in its config file
+        if isinstance(value, Mapping) and SEED_KEY in value:
+            return _mapping(value[SEED_KEY], SEED_KEY)
+    return None
+
+
+def parse_plan(doc: Any) -> PlanSpec:
+    """Parse a GpuAllocationPlan manifest, or the seed's ``ragnaros_operator_config`` JSON."""
+    doc = _mapping(doc, "plan")
+    seed = _find_seed(doc)
+    if seed is not None:
+        return parse_spec({"requests": _seed_requests(seed)}, name="seed", namespace="default")
+    if doc.get("kind") != KIND:
+        raise InvalidInput("kind", f"expected {KIND} (or a {SEED_KEY} JSON), got {doc.get('kind')!r}")
+    if doc.get("apiVersion") != API_VERSION:
+        raise InvalidInput("apiVersion", f"expected {API_VERSION}, got {doc.get('apiVersion')!r}")
+    meta = _mapping(doc.get("metadata") or {}, "metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInput("metadata.name", "is required")
+    namespace = meta.get("namespace") or "default"
+    return parse_spec(_mapping(doc.get("spec") or {}, "spec"), name=name, namespace=str(namespace))
+
+
+def _seed_requests(seed: Mapping[str, Any]) -> dict[str, Any]:
+    """Seed JSON uses snake_case long forms; translate them to the CRD's camelCase."""
+    out: dict[str, Any] = {}
+    for op, value in seed.items():
+        value = _mapping(value, f"{SEED_KEY}.{op}")
+        if any(k in value for k in _SEED_LONG):
+            out[op] = {_SEED_LONG.get(k, k): v for k, v in value.items()}
+        else:
+            out[op] = dict(value)
+    return out
+
+
+def parse_spec(spec: Mapping[str, Any], name: str, namespace: str) -> PlanSpec:
+    """Parse and validate a plan's spec."""
+    resources = _parse_resources(spec.get("resources"))
+    operators = _parse_operators(spec.get("operators"))
+    requests = _parse_requests(spec.get("requests"), resources, operators)
+    scoring = spec.get("scoring", "v1") or "v1"
+    if scoring not in SCORINGS:
+        raise InvalidInput("scoring", f"must be one of {', '.join(SCORINGS)}, got {scoring!r}")
+    flags = {}
+    for key in ("deploy", "dryRun"):
+        value = spec.get(key, False)
+        if not isinstance(value, bool):
+            raise InvalidInput(key, f"must be true or false, got {value!r}")
+        flags[key] = value
+    image = spec.get("image", "ragnaros/flamewaker:latest")
+    if not isinstance(image, str) or not image:
+        raise InvalidInput("image", "must be a non-empty string")
+    return PlanSpec(
+        name=name,
+        namespace=namespace,
+        resources=resources,
+        operators=operators,
+        requests=requests,
+        scoring=scoring,
+        deploy=flags["deploy"],
+        dry_run=flags["dryRun"],
+        tolerations=parse_tolerations(spec.get("tolerations"), "tolerations"),
+        image=image,
+    )
+
+
+def _parse_resources(value: Any) -> tuple[ResourceType, ...]:
+    if value is None:
+        return default_resources()
+    if not isinstance(value, list) or not value:
+        raise InvalidInput("resources", "must be a non-empty list")
+    out: list[ResourceType] = []
+    for i, item in enumerate(value):
+        field = f"resources[{i}]"
+        item = _mapping(item, field)
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"{field}.name", "is required")
+        if any(r.name == name for r in out):
+            raise InvalidInput(f"{field}.name", f"resource {name!r} is listed twice")
+        kind = item.get("kind", "GPU")
+        if kind not in ("GPU", "CPU"):
+            raise InvalidInput(f"{field}.kind", f"must be GPU or CPU, got {kind!r}")
+        default_rn = "nvidia.com/gpu" if kind == "GPU" else "cpu"
+        resource_name = item.get("resourceName", default_rn) or default_rn
+        selector = _mapping(item.get("nodeSelector") or {}, f"{field}.nodeSelector")
+        out.append(
+            ResourceType(
+                name=name,
+                kind=kind,
+                resource_name=str(resource_name),
+                node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+            )
+        )
+    return tuple(out)
+
+
+def _parse_link(value: Any, field: str) -> LinkStrategy:
+    m = _LINK_RE.match(str(value))
+    if not m:
+        raise InvalidInput(field, f"must look like share-A-B or detach-A-B, got {value!r}")
+    return LinkStrategy(m.group(1), int(m.group(2)), int(m.group(3)))
+
+
+def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
+    catalog = {op.name: op for op in BUILTIN_OPERATORS}
+    if value is None:
+        return BUILTIN_OPERATORS
+    if not isinstance(value, list):
+        raise InvalidInput("operators", "must be a list")
+    for i, item in enumerate(value):
+        field = f"operators[{i}]"
+        item = _mapping(item, field)
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"{field}.name", "is required")
+        base = catalog.get(name)
+        strategy_text = item.get("keyStrategy", base.key_strategy.value if base else None)
+        if strategy_text not in [s.value for s in KEY_STRATEGIES]:
+            raise InvalidInput(
+                f"{field}.keyStrategy", f"must be machine, service or single, got {strategy_text!r}"
+            )
+        link = (
+            _parse_link(item["linkStrategy"], f"{field}.linkStrategy")
+            if "linkStrategy" in item
+            else (base.link_strategy if base else LinkStrategy("share", 0, 0))
+        )
+        services = _mapping(item.get("services") or {}, f"{field}.services")
+        key = services.get("key", base.key_service if base else None)
+        if not isinstance(key, str) or not key:
+            raise InvalidInput(f"{field}.services.key", "is required for a new operator")
+        links = services.get("link", list(base.link_services) if base else [])
+        if not isinstance(links, list) or not all(isinstance(s, str) and s for s in links):
+            raise InvalidInput(f"{field}.services.link", "must be a list of service names")
+        flamewaker = _mapping(item.get("flamewaker") or {}, f"{field}.flamewaker")
+        patches = item.get("patches") or []
+        if not isinstance(patches, list) or not all(
+            isinstance(p, Mapping) and "op" in p and "path" in p for p in patches
+        ):
+            raise InvalidInput(f"{field}.patches", "must be a list of JSON patch operations")
+        catalog[name] = OperatorSpec(
+            name=name,
+            key_strategy=Strategy(strategy_text),
+            link_strategy=link,
+            key_service=key,
+            link_services=tuple(links),
+            flamewaker=dict(flamewaker),
+            patches=tuple(dict(p) for p in patches),
+        )
+    return tuple(catalog.values())
+
+
+def _parse_requests(
+    value: Any, resources: tuple[ResourceType, ...], operators: tuple[OperatorSpec, ...]
+) -> tuple[Request, ...]:
+    value = _mapping(value if value is not None else {}, "requests")
+    known_ops = {o.name for o in operators}
+    known_res = {r.name for r in resources}
+    out: list[Request] = []
+    for op, body in value.items():
+        field = f"requests.{op}"
+        if op not in known_ops:
+            raise InvalidInput(field, f"unknown operator {op!r} (not in spec.operators or the catalog)")
+        body = _mapping(body, field)
+        if "resourceNum" in body or "machineNum" in body:
+            extra = set(body) - {"resourceNum", "machineNum"}
+            if extra:
+                raise InvalidInput(f"{field}.{sorted(extra)[0]}", "unknown field in the long form")
+            cards = _mapping(body.get("resourceNum") or {}, f"{field}.resourceNum")
+            machines = _mapping(body.get("machineNum") or {}, f"{field}.machineNum")
+        else:
+            cards, machines = body, {}
+        for res, n in cards.items():
+            if res not in known_res:
+                raise InvalidInput(f"{field}.{res}", f"unknown resource type {res!r}")
+            p = _count(n, f"{field}.{res}")
+            m = _count(machines.get(res, 0) or 0, f"{field}.machineNum.{res}")
+            if m and p == 0:
+                raise InvalidInput(field, f"machineNum {m} given for {res} but no {res} cards requested")
+            if m and p % m:
+                raise InvalidInput(field, f"machineNum {m} does not divide {p} cards")
+            if p:
+                out.append(Request(op, res, p, m or None))
+        for res in machines:
+            if res not in known_res:
+                raise InvalidInput(f"{field}.machineNum.{res}", f"unknown resource type {res!r}")
+            if res not in cards and _count(machines[res] or 0, f"{field}.machineNum.{res}"):
+                raise InvalidInput(field, f"machineNum given for {res} but no {res} cards requested")
+    return tuple(out)
+
+
+def parse_tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidInput(field, "must be a list")
+    out = []
+    for i, t in enumerate(value):
+        t = _mapping(t, f"{field}[{i}]")
+        out.append(
+            Toleration(
+                key=t.get("key") or None,
+                operator=t.get("operator", "Equal"),
+                value=t.get("value"),
+                effect=t.get("effect") or None,
+            )
+        )
+    return tuple(out)
+
+
+# --- quantities, nodes and pods -----------------------------------------------------------
+
+_SUFFIX = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}  # fmt: skip
+
+
+def parse_quantity(value: Any, resource: str, field: str) -> int:
+    """A Kubernetes quantity as an int: millicores for ``cpu``, whole units otherwise."""
+    text = str(value).strip()
+    try:
+        if text.endswith("m"):
+            number = Decimal(text[:-1]) / 1000
+        else:
+            for suffix in sorted(_SUFFIX, key=len, reverse=True):
+                if text.endswith(suffix):
+                    number = Decimal(text[: -len(suffix)]) * _SUFFIX[suffix]
+                    break
+            else:
+                number = Decimal(text)
+    except InvalidOperation:
+        raise InvalidInput(field, f"not a quantity: {value!r}") from None
+    if number < 0:
+        raise InvalidInput(field, f"must not be negative, got {value!r}")
+    return int(number * 1000) if resource == "cpu" else int(number)
+
+
+def _items(doc: Any, what: str, kind: str) -> list[Mapping[str, Any]]:
+    doc = _mapping(doc, what)
+    if doc.get("kind") == kind:  # a single object is accepted too
+        return [doc]
+    if doc.get("kind") not in ("List", f"{kind}List"):
+        raise InvalidInput(f"{what}.kind", f"expected List or {kind}List, got {doc.get('kind')!r}")
+    items = doc.get("items") or []
+    if not isinstance(items, list):
+        raise InvalidInput(f"{what}.items", "must be a list")
+    return [_mapping(i, f"{what}.items[{n}]") for n, i in enumerate(items)]
+
+
+def parse_nodes(doc: Any) -> list[Node]:
+    """Parse ``kubectl get nodes -o yaml`` output."""
+    out: list[Node] = []
+    for i, item in enumerate(_items(doc, "nodes", "Node")):
+        field = f"nodes.items[{i}]"
+        if item.get("kind", "Node") != "Node":
+            continue
+        meta = _mapping(item.get("metadata") or {}, f"{field}.metadata")
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"{field}.metadata.name", "is required")
+        spec = _mapping(item.get("spec") or {}, f"{field}.spec")
+        status = _mapping(item.get("status") or {}, f"{field}.status")
+        alloc = _mapping(status.get("allocatable") or {}, f"{field}.status.allocatable")
+        taints = tuple(
+            Taint(str(t.get("key", "")), t.get("value"), str(t.get("effect", "")))
+            for t in spec.get("taints") or []
+        )
+        out.append(
+            Node(
+                name=name,
+                labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
+                allocatable=tuple(
+                    sorted(
+                        (str(k), parse_quantity(v, str(k), f"{field}.status.allocatable.{k}"))
+                        for k, v in alloc.items()
+                    )
+                ),
+                unschedulable=bool(spec.get("unschedulable", False)),
+                taints=taints,
+            )
+        )
+    if not out:
+        raise InvalidInput("nodes", "the node list is empty")
+    return out
+
+
+def pod_requests(pod: Mapping[str, Any], field: str = "pod") -> dict[str, int]:
+    """What a pod asks of its node: the larger of its containers' sum and any init container."""
+    spec = _mapping(pod.get("spec") or {}, f"{field}.spec")
+
+    def of(container: Mapping[str, Any]) -> dict[str, int]:
+        res = container.get("resources") or {}
+        merged = dict(res.get("limits") or {})  # extended resources: requests default to limits
+        merged.update(res.get("requests") or {})
+        return {k: parse_quantity(v, k, f"{field}.resources.{k}") for k, v in merged.items()}
+
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        for k, v in of(c).items():
+            total[k] = total.get(k, 0) + v
+    for c in spec.get("initContainers") or []:
+        for k, v in of(c).items():
+            total[k] = max(total.get(k, 0), v)
+    return total
+
+
+def pod_is_active(pod: Mapping[str, Any]) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
+
+
+def snapshot(nodes_doc: Any, pods_doc: Any | None = None) -> Snapshot:
+    """Nodes with what the given pods already use subtracted."""
+    nodes = parse_nodes(nodes_doc)
+    used: dict[str, dict[str, int]] = {}
+    if pods_doc is not None:
+        for i, pod in enumerate(_items(pods_doc, "pods", "Pod")):
+            if not pod_is_active(pod):
+                continue
+            node = pod["spec"]["nodeName"]
+            for k, v in pod_requests(pod, f"pods.items[{i}]").items():
+                used.setdefault(node, {})[k] = used.get(node, {}).get(k, 0) + v
+    return Snapshot(
+        tuple(
+            Node(
+                name=n.name,
+                labels=n.labels,
+                allocatable=n.allocatable,
+                used=tuple(sorted(used.get(n.name, {}).items())),
+                unschedulable=n.unschedulable,
+                taints=n.taints,
+            )
+            for n in nodes
+        )
+    )

@@ -1,0 +1,307 @@
+"""Render a plan into what the cluster should hold: labels, PriorityClasses, values.yaml, Deployments.
+
+Notes
+-----
+Pure functions only (``render_*``): the operator applies exactly what this module returns and the
+CLI prints the same (``-o values``, ``-o manifests``), so a plan reviewed offline is the plan that
+lands. The only thing the operator adds is ``ownerReferences``, which need the plan's uid.
+
+Pinning: every node the plan uses gets one label, ``gpuplan.ragnaros.io/<plan-key>=<node-token>``.
+Each flamewaker entry covers one service of one allocation on one node (``instanceNumber`` = that
+allocation's instances there) and selects that node's token, so Kubernetes can only put each
+instance where the plan did. ``priorityClassName: ragnaros-cluster-critical-N`` makes larger
+instances schedule, and preempt, first (seed 001's fix for 5-4-4-3 on two 8-card nodes).
+
+Link services follow their operator's ``linkStrategy`` (seed 001): shared link services run as
+extra operators in the key service's flamewaker (one per started link), detached ones get
+flamewakers of one card each, pinned to the same node. A link service listed by several operators
+(face surveillance retrieval, for image and video flows) is rendered once, by the first.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+import yaml
+
+from planner.errors import InvalidInput
+from planner.model import OperatorSpec, PlanSpec, ResourceType
+from planner.result import Allocation, PlanResult
+
+DOMAIN = "gpuplan.ragnaros.io"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuplan"}
+PRIORITY_PREFIX = "ragnaros-cluster-critical-"
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def _hash(text: str, n: int = 8) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def _fit(text: str, limit: int) -> str:
+    """Shorten to ``limit`` characters, keeping it unique with a hash suffix."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 9].rstrip('-.')}-{_hash(text)}"
+
+
+def dns_name(*parts: str, limit: int = 63) -> str:
+    text = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+    return _fit(text, limit)
+
+
+def plan_label_key(spec: PlanSpec) -> str:
+    """The one label key a plan owns on nodes: ``gpuplan.ragnaros.io/<namespace>.<name>``."""
+    return f"{DOMAIN}/{_fit(f'{spec.namespace}.{spec.name}', 63)}"
+
+
+def node_token(node: str) -> str:
+    return node if len(node) <= 63 and _LABEL_VALUE.match(node) else f"node-{_hash(node, 16)}"
+
+
+def priority_class_name(units: int) -> str:
+    return f"{PRIORITY_PREFIX}{units}"
+
+
+def priority_value(units: int) -> int:
+    """Seed 001's values: 800008000 for 8 cards, 800007000 for 7, ..."""
+    return 800_000_000 + units * 1000
+
+
+def _camel(service: str) -> str:
+    return "".join(p.capitalize() for p in re.split(r"[-_.]", service) if p) + "Operator"
+
+
+def _operator_entry(service: str) -> dict[str, Any]:
+    return {
+        "group": service,
+        "model": "SIMPLE_ASYNC",
+        "className": _camel(service),
+        "configFile": f"config/{service}-config.json",
+        "capacities": {"concurrency": 100},
+    }
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(base))
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+@dataclass(frozen=True)
+class Flamewaker:
+    """One rendered flamewaker entry and where it was pinned (for Deployments and status)."""
+
+    entry: dict[str, Any] = field(hash=False)
+    node: str
+    instances: int
+    units: int
+    resource: ResourceType
+
+
+def _entry(
+    spec: PlanSpec,
+    op: OperatorSpec,
+    resource: ResourceType,
+    node: str,
+    name: str,
+    services: list[str],
+    instances: int,
+    units: int,
+    op_index: int,
+) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "nodeSelector": dict(resource.node_selector) | {plan_label_key(spec): node_token(node)}
+    }
+    if resource.kind == "GPU":
+        pod["priorityClassName"] = priority_class_name(units)
+    if spec.tolerations:
+        pod["tolerations"] = [
+            {k: v for k, v in vars(t).items() if v is not None} for t in spec.tolerations
+        ]
+    generated = {
+        "name": name,
+        "image": spec.image,
+        "apiVersion": "v2",
+        "instanceNumber": instances,
+        "replica": 1,
+        "operators": [_operator_entry(s) for s in services],
+        "podAttributes": pod,
+        "containerAttributes": {"resources": {"limits": {resource.resource_name: units}}},
+    }
+    entry = _deep_merge(op.flamewaker, generated)
+    if op.patches:
+        try:
+            entry = jsonpatch.apply_patch(entry, [dict(p) for p in op.patches])
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
+            raise InvalidInput(f"operators[{op_index}].patches", f"does not apply: {e}") from None
+    return entry
+
+
+def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
+    """The flamewaker entries of a feasible plan, in allocation then node order."""
+    out: list[Flamewaker] = []
+    rendered_links: set[str] = set()
+    op_index = {o.name: i for i, o in enumerate(spec.operators)}
+    for alloc in result.allocations:
+        op = spec.operator(alloc.operator)
+        resource = spec.resource(alloc.resource)
+        links = [s for s in op.link_services if s not in rendered_links]
+        rendered_links.update(links)
+        n_links, detached = op.link_strategy.links_for(alloc.units)
+        for node, count in alloc.nodes:
+            key_units = alloc.units - (n_links if detached and links else 0)
+            shared = [] if detached else [s for s in links for _ in range(n_links)]
+            name = dns_name(op.key_service, alloc.resource, node)
+            entry = _entry(
+                spec, op, resource, node, name, [op.key_service, *shared], count, key_units,
+                op_index[op.name],
+            )  # fmt: skip
+            out.append(Flamewaker(entry, node, count, key_units, resource))
+            if detached and links:
+                name = dns_name(links[0], "link", alloc.resource, node)
+                entry = _entry(
+                    spec, op, resource, node, name, links, count * n_links, 1, op_index[op.name]
+                )
+                out.append(Flamewaker(entry, node, count * n_links, 1, resource))
+    return out
+
+
+def render_values(spec: PlanSpec, result: PlanResult) -> dict[str, Any]:
+    """The Ragnaros values.yaml fragment: ``{"flamewakers": [...]}``."""
+    return {"flamewakers": [f.entry for f in render_flamewakers(spec, result)]}
+
+
+def values_yaml(spec: PlanSpec, result: PlanResult) -> str:
+    return yaml.safe_dump(render_values(spec, result), sort_keys=False, allow_unicode=True)
+
+
+def render_node_labels(spec: PlanSpec, result: PlanResult) -> dict[str, dict[str, str]]:
+    """node name -> the labels this plan wants on it (only its own key)."""
+    key = plan_label_key(spec)
+    return {
+        node: {key: node_token(node)}
+        for node in sorted({n for a in result.allocations for n, _ in a.nodes})
+    }
+
+
+def render_priority_classes(result: PlanResult, kinds: Mapping[str, str]) -> list[dict[str, Any]]:
+    """PriorityClasses for the instance sizes a plan uses on GPU resources."""
+    sizes = sorted(
+        {a.units for a in result.allocations if kinds.get(a.resource) == "GPU"}, reverse=True
+    )
+    return [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": priority_class_name(n), "labels": dict(MANAGED_BY)},
+            "value": priority_value(n),
+            "globalDefault": False,
+            "description": f"Used for {n} gpus pod: larger instances schedule and preempt first.",
+        }
+        for n in sizes
+    ]
+
+
+def plan_labels(spec: PlanSpec) -> dict[str, str]:
+    return MANAGED_BY | {f"{DOMAIN}/plan": _fit(spec.name, 63)}
+
+
+def render_configmap(spec: PlanSpec, result: PlanResult) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": dns_name(spec.name, "flamewakers", limit=253),
+            "namespace": spec.namespace,
+            "labels": plan_labels(spec),
+        },
+        "data": {"values.yaml": values_yaml(spec, result)},
+    }
+
+
+def render_deployments(spec: PlanSpec, result: PlanResult) -> list[dict[str, Any]]:
+    """One Deployment per flamewaker entry (``deploy: true``), for clusters without Ragnaros."""
+    out = []
+    for fw in render_flamewakers(spec, result):
+        entry = fw.entry
+        pod = entry.get("podAttributes", {})
+        limits = copy.deepcopy(entry.get("containerAttributes", {}).get("resources", {}))
+        selector = {f"{DOMAIN}/plan": _fit(spec.name, 63), f"{DOMAIN}/flamewaker": entry["name"]}
+        pod_spec: dict[str, Any] = {
+            "containers": [
+                {"name": "flamewaker", "image": entry.get("image", spec.image), "resources": limits}
+            ],
+            "nodeSelector": pod.get("nodeSelector", {}),
+        }
+        for key in ("priorityClassName", "tolerations"):
+            if key in pod:
+                pod_spec[key] = pod[key]
+        out.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {
+                    "name": entry["name"],
+                    "namespace": spec.namespace,
+                    "labels": plan_labels(spec),
+                },
+                "spec": {
+                    "replicas": int(entry.get("instanceNumber", 1)) * int(entry.get("replica", 1)),
+                    "selector": {"matchLabels": selector},
+                    "template": {
+                        "metadata": {"labels": selector | MANAGED_BY},
+                        "spec": pod_spec,
+                    },
+                },
+            }
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Desired:
+    """Everything a feasible plan wants in the cluster."""
+
+    node_labels: dict[str, dict[str, str]] = field(hash=False)
+    label_key: str
+    priority_classes: list[dict[str, Any]] = field(hash=False)
+    configmap: dict[str, Any] = field(hash=False)
+    deployments: list[dict[str, Any]] = field(hash=False)
+
+
+def render_desired(spec: PlanSpec, result: PlanResult) -> Desired:
+    kinds = {r.name: r.kind for r in spec.resources}
+    return Desired(
+        node_labels=render_node_labels(spec, result),
+        label_key=plan_label_key(spec),
+        priority_classes=render_priority_classes(result, kinds),
+        configmap=render_configmap(spec, result),
+        deployments=render_deployments(spec, result) if spec.deploy else [],
+    )
+
+
+def render_manifests(spec: PlanSpec, result: PlanResult) -> list[dict[str, Any]]:
+    """Every object the operator would write, node labels as Node patches, in apply order."""
+    desired = render_desired(spec, result)
+    nodes = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": labels}}
+        for n, labels in desired.node_labels.items()
+    ]
+    return [*nodes, *desired.priority_classes, desired.configmap, *desired.deployments]
+
+
+def allocation_for(result: PlanResult, operator: str, resource: str) -> Allocation | None:
+    return next(
+        (a for a in result.allocations if a.operator == operator and a.resource == resource), None
+    )

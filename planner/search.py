@@ -1,0 +1,235 @@
+"""Plan a whole spec: per type, the fast path, then the exact search, then a conflict if none fits.
+
+Notes
+-----
+Types are solved one after another, each with a fair share of what is left of the time budget
+(a type that finishes early leaves its time to the next). The fast path answers most re-plans
+without a solver: if the best split of every request fits, the score equals the upper bound.
+When a type has no plan, a deletion filter shrinks its requests to an irreducible conflict:
+the requests that cannot fit together, such that dropping any one of them lets the rest fit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from fractions import Fraction
+
+from planner.model import PlanSpec, Snapshot
+from planner.options import Item, TypeProblem, build_problems
+from planner.place import NodeCounts, Previous, greedy_place
+from planner.result import Allocation, Conflict, PlanResult, TypeStats
+from planner.solver import Outcome, Progress, solve
+
+PreviousPlan = Mapping[tuple[str, str], tuple[int, Mapping[str, int]]]  # (op, res) -> placement
+
+
+def previous_from_allocations(allocations: list[dict[str, object]]) -> dict[tuple[str, str], tuple[int, dict[str, int]]]:
+    """Read a previous plan in the contract's JSON shape (``-o json`` or a plan's status)."""
+    out: dict[tuple[str, str], tuple[int, dict[str, int]]] = {}
+    for a in allocations:
+        nodes = a.get("nodes") or {}
+        assert isinstance(nodes, dict)
+        out[str(a["operator"]), str(a["resource"])] = (
+            int(str(a["unitsPerInstance"])),
+            {str(k): int(v) for k, v in nodes.items()},
+        )
+    return out
+
+
+def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool | None:
+    """Can these items be placed together with some choice of splits? None: not decided in time."""
+    if not subset:
+        return True
+    first = [0 for _ in problem.items]
+    sub = TypeProblem(problem.resource, problem.nodes, tuple(problem.items[i] for i in subset))
+    remapped = TypeProblem(
+        sub.resource,
+        sub.nodes,
+        tuple(
+            Item(n, it.request, it.strategy, it.splits, it.rejected) for n, it in enumerate(sub.items)
+        ),
+    )
+    if greedy_place(remapped, first[: len(subset)]) is not None:
+        return True
+    out = solve(problem, seconds=seconds, subset=subset, optimize=False)
+    return {"infeasible": False, "unknown": None}.get(out.status, True)
+
+
+def conflict(problem: TypeProblem, seconds: float = 10.0) -> Conflict:
+    """An irreducible set of this type's requests that cannot be placed together."""
+    name = problem.resource.name
+    for it in problem.items:
+        if not it.splits:
+            why = "; ".join(f"{k}×{g}: {w}" for k, g, w in it.rejected) or "no split"
+            return Conflict(name, (it.label,), f"{it.label} has no admissible split ({why})")
+    deadline = time.monotonic() + seconds
+    core = [it.index for it in problem.items]
+    undecided = False
+    # try to drop the small requests first, so the conflict names the ones that crowd the nodes
+    for idx in sorted(core, key=lambda i: (problem.items[i].request.cards, i)):
+        trial = [i for i in core if i != idx]
+        left = deadline - time.monotonic()
+        verdict = _feasible(problem, trial, min(left, 2.0)) if left > 0 else None
+        if verdict is False:
+            core = trial
+        elif verdict is None:
+            undecided = True
+    items = [problem.items[i] for i in core]
+    cards = sum(it.request.cards for it in items)
+    free = sorted((f for _, f in problem.nodes), reverse=True)
+    detail = (
+        f"{', '.join(f'{it.label} ({it.request.cards})' for it in items)}: {cards} {name} cards "
+        f"cannot be split and placed on {len(free)} usable nodes with "
+        f"{sum(free)} free (per node: {', '.join(map(str, free)) or 'none'})"
+    )
+    if undecided:
+        detail += " (not proven minimal within the time budget)"
+    return Conflict(name, tuple(it.label for it in items), detail)
+
+
+def _allocations(problem: TypeProblem, choice: list[int], nodes: list[NodeCounts]) -> list[Allocation]:
+    out = []
+    for it in problem.items:
+        split = it.splits[choice[it.index]]
+        out.append(
+            Allocation(
+                operator=it.label,
+                resource=problem.resource.name,
+                strategy=it.strategy,
+                instances=split.instances,
+                units=split.units,
+                nodes=tuple(sorted(nodes[it.index].items())),
+                term=split.score,
+            )
+        )
+    return out
+
+
+def solve_type(
+    problem: TypeProblem,
+    seconds: float,
+    *,
+    workers: int = 1,
+    previous: Previous | None = None,
+    polish_seconds: float = 1.0,
+    progress: Progress | None = None,
+) -> tuple[Outcome, str]:
+    """Solve one type; returns the outcome and the method that decided it."""
+    start = time.monotonic()
+    if any(not it.splits for it in problem.items):
+        return Outcome(status="infeasible"), "none"
+    best = [0] * len(problem.items)
+    placed = greedy_place(problem, best, previous)
+    if placed is not None:
+        ub = problem.upper_bound
+        out = Outcome("optimal", best, placed, ub, ub)
+        if polish_seconds > 0 and _worth_polishing(problem, previous):
+            polished = solve(
+                problem,
+                seconds=polish_seconds + 5.0,
+                workers=workers,
+                previous=previous,
+                hint=(best, placed),
+                polish_seconds=polish_seconds,
+            )
+            if polished.status == "optimal" and polished.score == ub:
+                out = polished
+        out.seconds = time.monotonic() - start
+        return out, "fast-path"
+    out = solve(
+        problem,
+        seconds=seconds,
+        workers=workers,
+        previous=previous,
+        polish_seconds=polish_seconds,
+        progress=progress,
+    )
+    return out, "cp-sat"
+
+
+def _worth_polishing(problem: TypeProblem, previous: Previous | None) -> bool:
+    """Greedy placement is already good when nothing moved and no request wants concentrating."""
+    return bool(previous) or any(
+        it.strategy.value in ("machine", "single", "special") and it.splits[0].instances > 1
+        for it in problem.items
+    )
+
+
+def plan(
+    spec: PlanSpec,
+    snap: Snapshot,
+    *,
+    seconds: float = 60.0,
+    workers: int = 1,
+    previous: PreviousPlan | None = None,
+    polish_seconds: float = 1.0,
+    progress: Progress | None = None,
+) -> PlanResult:
+    """Find the highest-scoring deployable plan (see :mod:`planner.solver` for how)."""
+    deadline = time.monotonic() + seconds
+    problems = build_problems(spec, snap)
+    allocations: list[Allocation] = []
+    conflicts: list[Conflict] = []
+    stats: list[TypeStats] = []
+    score, bound = Fraction(0), Fraction(0)
+    optimal, unknown = True, []
+    for n, problem in enumerate(problems):
+        share = max(0.05, (deadline - time.monotonic()) / (len(problems) - n))
+        prev = {op: v for (op, res), v in (previous or {}).items() if res == problem.resource.name}
+        out, method = solve_type(
+            problem,
+            share,
+            workers=workers,
+            previous=prev,
+            polish_seconds=polish_seconds,
+            progress=progress,
+        )
+        stats.append(
+            TypeStats(
+                problem.resource.name,
+                len(problem.nodes),
+                len(problem.items),
+                method,
+                out.status,
+                out.seconds,
+                out.branches,
+                problem.upper_bound,
+            )
+        )
+        if out.status == "infeasible":
+            conflicts.append(conflict(problem, seconds=max(1.0, deadline - time.monotonic())))
+            continue
+        if out.choice is None or out.nodes is None:
+            unknown.append(problem.resource.name)
+            optimal = False
+            bound += out.bound if out.bound is not None else problem.upper_bound
+            continue
+        allocations.extend(_allocations(problem, out.choice, out.nodes))
+        assert out.score is not None and out.bound is not None
+        score += out.score
+        bound += out.bound
+        optimal = optimal and out.status == "optimal"
+    if conflicts or unknown:
+        reasons = [f"{c.resource}: {c.detail}" for c in conflicts]
+        reasons += [f"{r}: no plan found within the time budget (not proven impossible)" for r in unknown]
+        return PlanResult(
+            feasible=False,
+            optimal=not unknown,
+            score=None,
+            bound=None,
+            allocations=(),
+            reason="; ".join(reasons),
+            conflicts=tuple(conflicts),
+            stats=tuple(stats),
+            problems=tuple(problems),
+        )
+    return PlanResult(
+        feasible=True,
+        optimal=optimal,
+        score=score,
+        bound=bound,
+        allocations=tuple(allocations),
+        stats=tuple(stats),
+        problems=tuple(problems),
+    )
