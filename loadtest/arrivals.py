@@ -68,23 +68,25 @@ async def feed(
     *,
     first_index: int,
     clock: Callable[[], float],
-    on_release: Callable[[float], None],
+    on_release: Callable[[Arrival, float], None],
+    stop: asyncio.Event | None = None,
 ) -> int:
     """Put the schedule's arrivals into ``queue`` on time; returns how many were put.
 
-    ``on_release(lag_seconds)`` is called for each arrival with how late it was released. The
+    ``on_release(arrival, lag_seconds)`` is called for each arrival with how late it was released;
+    setting ``stop`` ends the feed early (the liveness check does, when the target is gone). The
     queue is unbounded on purpose: its depth *is* the measurement (work the server has not taken
     yet), and the schedule itself bounds it to ``schedule.count``.
     """
     k = 0
     total = schedule.count
-    while k < total:
+    while k < total and not (stop is not None and stop.is_set()):
         now = clock()
         due = schedule.due(now)
         while k < due:
-            scheduled = schedule.time_of(k)
-            queue.put_nowait(Arrival(first_index + k, scheduled))
-            on_release(max(0.0, now - scheduled))
+            arrival = Arrival(first_index + k, schedule.time_of(k))
+            queue.put_nowait(arrival)
+            on_release(arrival, max(0.0, now - arrival.scheduled))
             k += 1
         if k >= total:
             break

@@ -373,10 +373,18 @@ def pod_is_active(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
 
 
-def snapshot(nodes_doc: Any, pods_doc: Any | None = None) -> Snapshot:
-    """Nodes with what the given pods already use subtracted."""
+def snapshot(
+    nodes_doc: Any,
+    pods_doc: Any | None = None,
+    reserved: Mapping[str, Mapping[str, int]] | None = None,
+) -> Snapshot:
+    """Nodes with what the given pods already use, and what is ``reserved``, subtracted.
+
+    ``reserved`` maps node name -> resource name -> units (cpu in millicores); the operator uses it
+    for cards that other plans have placed but whose pods may not exist yet.
+    """
     nodes = parse_nodes(nodes_doc)
-    used: dict[str, dict[str, int]] = {}
+    used: dict[str, dict[str, int]] = {n: dict(r) for n, r in (reserved or {}).items()}
     if pods_doc is not None:
         for i, pod in enumerate(_items(pods_doc, "pods", "Pod")):
             if not pod_is_active(pod):
