@@ -86,21 +86,22 @@ def seed_greedy_check(free: Sequence[int], sizes: Sequence[int]) -> bool:
     return True
 
 
-def seed_method(problems: Sequence[TypeProblem]) -> tuple[Fraction, list[list[Split]]] | None:
-    """Seed 000/001 as written: full product over all types, sort, greedy check in order."""
+def seed_method(problems: Sequence[TypeProblem]) -> tuple[float, list[list[Split]]] | None:
+    """Seed 000/001 as written: full product over all types, sort, greedy check in order.
+
+    Scores are floats here, as in the seed's script: it is the baseline, so it gets no handicap.
+    """
     flat = [(p, it) for p in problems for it in p.items]
+    scored = [[(float(s.score), s) for s in it.splits] for _, it in flat]
     combos = []
-    for choice in itertools.product(*(it.splits for _, it in flat)):
-        combos.append((sum((s.score for s in choice), Fraction(0)), choice))
+    for picked in itertools.product(*scored):
+        combos.append((sum(sc for sc, _ in picked), tuple(s for _, s in picked)))
     combos.sort(key=lambda c: c[0], reverse=True)
     for score, choice in combos:
         ok = True
         for p in problems:
             sizes = [
-                s.units
-                for (q, _), s in zip(flat, choice, strict=True)
-                if q is p
-                for _ in range(s.instances)
+                s.units for (q, _), s in zip(flat, choice, strict=True) if q is p for _ in range(s.instances)
             ]
             if not seed_greedy_check([f for _, f in p.nodes], sizes):
                 ok = False

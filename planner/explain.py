@@ -38,9 +38,7 @@ def _static_reason(problem: TypeProblem, item: Item, split: Split) -> str | None
     return None
 
 
-def _why_not(
-    problem: TypeProblem, item: Item, s: int, total: Fraction, deadline: float
-) -> str:
+def _why_not(problem: TypeProblem, item: Item, s: int, total: Fraction, deadline: float) -> str:
     split = item.splits[s]
     static = _static_reason(problem, item, split)
     if static:
@@ -68,7 +66,9 @@ def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
     if not result.feasible:
         lines.append(head + "NO DEPLOYABLE PLAN")
         for c in result.conflicts:
-            lines.append(f"  {c.resource}: these requests cannot be placed together: {', '.join(c.operators)}")
+            lines.append(
+                f"  {c.resource}: these requests cannot be placed together: {', '.join(c.operators)}"
+            )
             lines.append(f"    {c.detail}")
             lines.append("    dropping or shrinking any one of them makes the rest fit")
         if result.reason and not result.conflicts:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class Strategy(str, Enum):
+class Strategy(StrEnum):
     """How a request's cards are split (contract section 2)."""
 
     MACHINE = "machine"  # IO-bound: few, large instances

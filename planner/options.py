@@ -149,9 +149,7 @@ def effective_strategy(spec: PlanSpec, request: Request) -> Strategy:
     return spec.operator(request.operator).key_strategy
 
 
-def build_item(
-    index: int, request: Request, strategy: Strategy, n: int, largest: int, scoring: str
-) -> Item:
+def build_item(index: int, request: Request, strategy: Strategy, n: int, largest: int, scoring: str) -> Item:
     p = request.cards
     score = SCORINGS[scoring]
     splits, rejected = [], []
@@ -174,8 +172,7 @@ def build_problems(spec: PlanSpec, snap: Snapshot) -> list[TypeProblem]:
         if not requests:
             continue
         nodes = tuple(
-            (node.name, node.free(resource.resource_name))
-            for node in snap.usable(resource, spec.tolerations)
+            (node.name, node.free(resource.resource_name)) for node in snap.usable(resource, spec.tolerations)
         )
         largest = max((f for _, f in nodes), default=0)
         items = tuple(

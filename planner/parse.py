@@ -47,14 +47,14 @@ def _mapping(value: Any, field: str) -> Mapping[str, Any]:
 
 
 def _count(value: Any, field: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise InvalidInput(field, f"expected a whole number of cards, got {value!r}")
-    if value < 0:
-        raise InvalidInput(field, f"must not be negative, got {value}")
-    return value
+        raise InvalidInput(field, f"expected a whole number of cards, got {value!r}")
+    number: int = value
+    if number < 0:
+        raise InvalidInput(field, f"must not be negative, got {number}")
+    return number
 
 
 def _find_seed(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:

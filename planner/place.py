@@ -56,25 +56,39 @@ def _place_one(
             for n, c in out.items():  # undo
                 free[n] += c * g
             return None
-
-        def rank(n: str) -> tuple[int, int, int, str]:
-            room = min(left, free[n] // g)
-            kept = min(prev.get(n, 0) - out.get(n, 0), room) if quality else 0
-            if spread:
-                return (-max(kept, 0), out.get(n, 0), -free[n], n)
-            take = room if quality else 1
-            return (-max(kept, 0), -take, free[n] - take * g, n)
-
-        best = min(fits, key=rank)
+        best = min(fits, key=lambda n: _rank(n, free, out, prev, g, left, quality, spread))
         room = min(left, free[best] // g)
-        kept = min(prev.get(best, 0) - out.get(best, 0), room)
-        take = 1 if spread and kept <= 0 else (max(kept, 1) if spread else room)
+        kept = min(prev.get(best, 0) - out.get(best, 0), room) if quality else 0
         if not quality:
-            take = 1
+            take = 1  # plain best fit, one instance at a time
+        elif spread:
+            take = max(kept, 1)  # back onto a previous node, else one per node
+        else:
+            take = room  # concentrate: as many as the node holds
         out[best] = out.get(best, 0) + take
         free[best] -= take * g
         left -= take
     return out
+
+
+def _rank(
+    n: str,
+    free: Mapping[str, int],
+    out: Mapping[str, int],
+    prev: Mapping[str, int],
+    g: int,
+    left: int,
+    quality: bool,
+    spread: bool,
+) -> tuple[int, int, int, str]:
+    """Smaller is better: previous nodes first, then spread or concentrate, then best fit."""
+    if not quality:
+        return (0, 0, free[n], n)
+    room = min(left, free[n] // g)
+    kept = max(min(prev.get(n, 0) - out.get(n, 0), room), 0)
+    if spread:
+        return (-kept, out.get(n, 0), -free[n], n)
+    return (-kept, -room, free[n] - room * g, n)
 
 
 def greedy_place(

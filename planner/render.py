@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,9 +126,7 @@ def _entry(
     if resource.kind == "GPU":
         pod["priorityClassName"] = priority_class_name(units)
     if spec.tolerations:
-        pod["tolerations"] = [
-            {k: v for k, v in vars(t).items() if v is not None} for t in spec.tolerations
-        ]
+        pod["tolerations"] = [{k: v for k, v in vars(t).items() if v is not None} for t in spec.tolerations]
     generated = {
         "name": name,
         "image": spec.image,
@@ -170,9 +168,7 @@ def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
             out.append(Flamewaker(entry, node, count, key_units, resource))
             if detached and links:
                 name = dns_name(links[0], "link", alloc.resource, node)
-                entry = _entry(
-                    spec, op, resource, node, name, links, count * n_links, 1, op_index[op.name]
-                )
+                entry = _entry(spec, op, resource, node, name, links, count * n_links, 1, op_index[op.name])
                 out.append(Flamewaker(entry, node, count * n_links, 1, resource))
     return out
 
@@ -190,16 +186,21 @@ def render_node_labels(spec: PlanSpec, result: PlanResult) -> dict[str, dict[str
     """node name -> the labels this plan wants on it (only its own key)."""
     key = plan_label_key(spec)
     return {
-        node: {key: node_token(node)}
-        for node in sorted({n for a in result.allocations for n, _ in a.nodes})
+        node: {key: node_token(node)} for node in sorted({n for a in result.allocations for n, _ in a.nodes})
     }
 
 
-def render_priority_classes(result: PlanResult, kinds: Mapping[str, str]) -> list[dict[str, Any]]:
-    """PriorityClasses for the instance sizes a plan uses on GPU resources."""
-    sizes = sorted(
-        {a.units for a in result.allocations if kinds.get(a.resource) == "GPU"}, reverse=True
-    )
+def render_priority_classes(
+    result: PlanResult, kinds: Mapping[str, str], units: Iterable[int] = ()
+) -> list[dict[str, Any]]:
+    """PriorityClasses for the instance sizes a plan uses on GPU resources.
+
+    ``units``: the cards of each rendered flamewaker entry. A detached link service makes entries
+    smaller than their allocation (a 4-card instance becomes a 3-card key service and a 1-card
+    link), and every entry names the class of its own size, so those sizes need classes too.
+    """
+    allocated = {a.units for a in result.allocations if kinds.get(a.resource) == "GPU"}
+    sizes = sorted(allocated | set(units), reverse=True)
     return [
         {
             "apiVersion": "scheduling.k8s.io/v1",
@@ -285,7 +286,9 @@ def render_desired(spec: PlanSpec, result: PlanResult) -> Desired:
     return Desired(
         node_labels=render_node_labels(spec, result),
         label_key=plan_label_key(spec),
-        priority_classes=render_priority_classes(result, kinds),
+        priority_classes=render_priority_classes(
+            result, kinds, [f.units for f in render_flamewakers(spec, result) if f.resource.kind == "GPU"]
+        ),
         configmap=render_configmap(spec, result),
         deployments=render_deployments(spec, result) if spec.deploy else [],
     )
@@ -302,6 +305,4 @@ def render_manifests(spec: PlanSpec, result: PlanResult) -> list[dict[str, Any]]
 
 
 def allocation_for(result: PlanResult, operator: str, resource: str) -> Allocation | None:
-    return next(
-        (a for a in result.allocations if a.operator == operator and a.resource == resource), None
-    )
+    return next((a for a in result.allocations if a.operator == operator and a.resource == resource), None)

@@ -19,12 +19,15 @@ from planner.model import PlanSpec, Snapshot
 from planner.options import Item, TypeProblem, build_problems
 from planner.place import NodeCounts, Previous, greedy_place
 from planner.result import Allocation, Conflict, PlanResult, TypeStats
-from planner.solver import Outcome, Progress, solve
+from planner.solver import Outcome, Progress, polish, solve
 
+CONFLICT_SECONDS = 10.0  # at most this long to shrink one type's conflict
 PreviousPlan = Mapping[tuple[str, str], tuple[int, Mapping[str, int]]]  # (op, res) -> placement
 
 
-def previous_from_allocations(allocations: list[dict[str, object]]) -> dict[tuple[str, str], tuple[int, dict[str, int]]]:
+def previous_from_allocations(
+    allocations: list[dict[str, object]],
+) -> dict[tuple[str, str], tuple[int, dict[str, int]]]:
     """Read a previous plan in the contract's JSON shape (``-o json`` or a plan's status)."""
     out: dict[tuple[str, str], tuple[int, dict[str, int]]] = {}
     for a in allocations:
@@ -37,32 +40,63 @@ def previous_from_allocations(allocations: list[dict[str, object]]) -> dict[tupl
     return out
 
 
+def free_summary(problem: TypeProblem) -> str:
+    """Free cards per node, grouped: ``8 (×18), 7 (×18), 0 (×2)``."""
+    counts: dict[int, int] = {}
+    for _, f in problem.nodes:
+        counts[f] = counts.get(f, 0) + 1
+    parts = [f"{f} (×{n})" if n > 1 else str(f) for f, n in sorted(counts.items(), reverse=True)]
+    return ", ".join(parts) or "none"
+
+
 def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool | None:
     """Can these items be placed together with some choice of splits? None: not decided in time."""
     if not subset:
         return True
-    first = [0 for _ in problem.items]
-    sub = TypeProblem(problem.resource, problem.nodes, tuple(problem.items[i] for i in subset))
-    remapped = TypeProblem(
-        sub.resource,
-        sub.nodes,
+    if sum(problem.items[i].request.cards for i in subset) > sum(f for _, f in problem.nodes):
+        return False
+    sub = TypeProblem(
+        problem.resource,
+        problem.nodes,
         tuple(
-            Item(n, it.request, it.strategy, it.splits, it.rejected) for n, it in enumerate(sub.items)
+            Item(n, it.request, it.strategy, it.splits, it.rejected)
+            for n, it in enumerate(problem.items[i] for i in subset)
         ),
     )
-    if greedy_place(remapped, first[: len(subset)]) is not None:
+    if greedy_place(sub, [0] * len(subset)) is not None:
         return True
     out = solve(problem, seconds=seconds, subset=subset, optimize=False)
     return {"infeasible": False, "unknown": None}.get(out.status, True)
 
 
 def conflict(problem: TypeProblem, seconds: float = 10.0) -> Conflict:
-    """An irreducible set of this type's requests that cannot be placed together."""
+    """An irreducible set of this type's requests that cannot be placed together.
+
+    Three cases, cheapest proof first: a request with no admissible split is a conflict alone;
+    if the requests want more cards than the nodes have free, the fewest largest requests that
+    overflow the free cards are one (each is needed for the overflow); otherwise a deletion
+    filter drops every request whose removal leaves the rest still infeasible.
+    """
     name = problem.resource.name
     for it in problem.items:
         if not it.splits:
             why = "; ".join(f"{k}×{g}: {w}" for k, g, w in it.rejected) or "no split"
             return Conflict(name, (it.label,), f"{it.label} has no admissible split ({why})")
+    total_free = sum(f for _, f in problem.nodes)
+    where = f"{len(problem.nodes)} usable nodes, free cards per node: {free_summary(problem)}"
+    if sum(it.request.cards for it in problem.items) > total_free:
+        picked: list[Item] = []
+        for it in sorted(problem.items, key=lambda i: (-i.request.cards, i.index)):
+            picked.append(it)
+            if sum(p.request.cards for p in picked) > total_free:
+                break
+        picked.sort(key=lambda i: i.index)
+        cards = sum(p.request.cards for p in picked)
+        return Conflict(
+            name,
+            tuple(p.label for p in picked),
+            f"together they need {cards} {name} cards, only {total_free} are free ({where})",
+        )
     deadline = time.monotonic() + seconds
     core = [it.index for it in problem.items]
     undecided = False
@@ -77,11 +111,9 @@ def conflict(problem: TypeProblem, seconds: float = 10.0) -> Conflict:
             undecided = True
     items = [problem.items[i] for i in core]
     cards = sum(it.request.cards for it in items)
-    free = sorted((f for _, f in problem.nodes), reverse=True)
     detail = (
         f"{', '.join(f'{it.label} ({it.request.cards})' for it in items)}: {cards} {name} cards "
-        f"cannot be split and placed on {len(free)} usable nodes with "
-        f"{sum(free)} free (per node: {', '.join(map(str, free)) or 'none'})"
+        f"cannot be split and placed on {where}"
     )
     if undecided:
         detail += " (not proven minimal within the time budget)"
@@ -112,29 +144,22 @@ def solve_type(
     *,
     workers: int = 1,
     previous: Previous | None = None,
-    polish_seconds: float = 1.0,
+    polish_seconds: float = 0.5,
     progress: Progress | None = None,
 ) -> tuple[Outcome, str]:
     """Solve one type; returns the outcome and the method that decided it."""
     start = time.monotonic()
     if any(not it.splits for it in problem.items):
         return Outcome(status="infeasible"), "none"
+    if sum(it.request.cards for it in problem.items) > sum(f for _, f in problem.nodes):
+        return Outcome(status="infeasible"), "counting"
     best = [0] * len(problem.items)
     placed = greedy_place(problem, best, previous)
     if placed is not None:
         ub = problem.upper_bound
         out = Outcome("optimal", best, placed, ub, ub)
         if polish_seconds > 0 and _worth_polishing(problem, previous):
-            polished = solve(
-                problem,
-                seconds=polish_seconds + 5.0,
-                workers=workers,
-                previous=previous,
-                hint=(best, placed),
-                polish_seconds=polish_seconds,
-            )
-            if polished.status == "optimal" and polished.score == ub:
-                out = polished
+            polish(problem, out, polish_seconds, workers=workers, previous=previous)
         out.seconds = time.monotonic() - start
         return out, "fast-path"
     out = solve(
@@ -163,7 +188,7 @@ def plan(
     seconds: float = 60.0,
     workers: int = 1,
     previous: PreviousPlan | None = None,
-    polish_seconds: float = 1.0,
+    polish_seconds: float = 0.5,
     progress: Progress | None = None,
 ) -> PlanResult:
     """Find the highest-scoring deployable plan (see :mod:`planner.solver` for how)."""
@@ -198,7 +223,7 @@ def plan(
             )
         )
         if out.status == "infeasible":
-            conflicts.append(conflict(problem, seconds=max(1.0, deadline - time.monotonic())))
+            conflicts.append(conflict(problem, seconds=min(CONFLICT_SECONDS, share)))
             continue
         if out.choice is None or out.nodes is None:
             unknown.append(problem.resource.name)

@@ -24,6 +24,7 @@ single/special requests on most nodes.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -114,11 +115,11 @@ class TypeModel:
             if node in self.load and node not in pinned:
                 classes.setdefault(f, []).append(node)
         for nodes in classes.values():
-            for a, b in zip(nodes, nodes[1:], strict=False):
+            for a, b in itertools.pairwise(nodes):
                 self.model.add(self.load[a] >= self.load[b])
 
     def hint(self, choice: Sequence[int], nodes: Sequence[NodeCounts]) -> None:
-        self.model.clear_hints()
+        self.model.clear_hints()  # type: ignore[no-untyped-call]
         for it in self.items:
             c = choice[it.index]
             for s in range(len(it.splits)):
@@ -141,8 +142,12 @@ class TypeModel:
                             nodes[it.index][node] = v
         return choice, nodes
 
-    def secondary(self) -> cp_model.LinearExprT:
-        """Placement quality, lower is better: moves dominate, then concentration and spread."""
+    def secondary(self, choice: Sequence[int], nodes: Sequence[NodeCounts]) -> cp_model.LinearExprT:
+        """Placement quality, lower is better: moves dominate, then concentration and spread.
+
+        ``choice``/``nodes`` are the current solution; the new helper variables are hinted from it so the
+        solver starts from a complete solution instead of searching for a first one.
+        """
         m = self.model
         weight = len(self.problem.nodes) * max(1, len(self.items)) + 1
         terms: list[cp_model.LinearExprT] = []
@@ -159,6 +164,7 @@ class TypeModel:
                     if not xs:
                         continue
                     used = m.new_bool_var(f"u{it.index}_{node}")
+                    m.add_hint(used, int(nodes[it.index].get(node, 0) > 0))
                     if concentrate:
                         for x in xs:
                             m.add(x == 0).only_enforce_if(~used)
@@ -171,11 +177,13 @@ class TypeModel:
             if s_prev is None:
                 continue
             kept = []
+            same_size = choice[it.index] == s_prev
             for node, count in prev_nodes.items():
-                x = self.x.get((it.index, s_prev, node))
-                if x is not None and count > 0:
+                xp = self.x.get((it.index, s_prev, node))
+                if xp is not None and count > 0:
                     k = m.new_int_var(0, count, f"k{it.index}_{node}")
-                    m.add(k <= x)
+                    m.add(k <= xp)
+                    m.add_hint(k, min(count, nodes[it.index].get(node, 0)) if same_size else 0)
                     kept.append(k)
             instances = sum(sp.instances * self.y[it.index, s] for s, sp in enumerate(it.splits))
             terms.append(weight * (instances - sum(kept)))
@@ -198,7 +206,7 @@ class _Reporter(cp_model.CpSolverSolutionCallback):
     def on_solution_callback(self) -> None:
         if self.progress is not None:
             best = Fraction(int(self.objective_value), self.tm.scale)
-            bound = Fraction(int(math.floor(self.best_objective_bound)), self.tm.scale)
+            bound = Fraction(math.floor(self.best_objective_bound), self.tm.scale)
             self.progress(
                 f"{self.tm.problem.resource.name}: best {float(best):.4g}, "
                 f"bound {float(bound):.4g} after {time.monotonic() - self.start:.1f}s"
@@ -234,26 +242,40 @@ def solve(
         out.status = "optimal" if status == cp_model.OPTIMAL or not optimize else "feasible"
         out.choice, out.nodes = tm.read(solver)
         if optimize:
-            best = int(round(solver.objective_value))
+            best = round(solver.objective_value)
             out.score = Fraction(best, tm.scale)
-            out.bound = Fraction(int(math.floor(solver.best_objective_bound + 1e-6)), tm.scale)
+            out.bound = Fraction(math.floor(solver.best_objective_bound + 1e-6), tm.scale)
             if polish_seconds > 0:
-                _polish(tm, best, out, polish_seconds, workers)
+                polish(problem, out, polish_seconds, workers=workers, tm=tm)
     elif optimize:
-        out.bound = Fraction(int(math.floor(solver.best_objective_bound + 1e-6)), tm.scale)
+        out.bound = Fraction(math.floor(solver.best_objective_bound + 1e-6), tm.scale)
     out.seconds = time.monotonic() - start
     return out
 
 
-def _polish(tm: TypeModel, best: int, out: Outcome, seconds: float, workers: int) -> None:
+def polish(
+    problem: TypeProblem,
+    out: Outcome,
+    seconds: float,
+    *,
+    workers: int = 1,
+    previous: Previous | None = None,
+    tm: TypeModel | None = None,
+) -> None:
     """Keep the score, improve placement quality; keep the old answer if no better one is found."""
-    assert out.choice is not None and out.nodes is not None
-    tm.model.add(tm.objective >= best)
-    tm.model.minimize(tm.secondary())
+    assert out.choice is not None and out.nodes is not None and out.score is not None
+    start = time.monotonic()
+    if tm is None:
+        tm = TypeModel(problem, previous=previous)
+    tm.model.add(tm.objective >= int(out.score * tm.scale))
     tm.hint(out.choice, out.nodes)
-    solver = _solver(seconds, workers)
+    tm.model.minimize(tm.secondary(out.choice, out.nodes))
+    # deterministic time, not wall time: the same input gives the same placement on a busy machine
+    solver = _solver(seconds * 4, workers)
+    solver.parameters.max_deterministic_time = seconds
     status = solver.solve(tm.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         out.choice, out.nodes = tm.read(solver)
         out.branches += solver.num_branches
         out.notes.append("placement " + ("optimal" if status == cp_model.OPTIMAL else "improved"))
+    out.seconds += time.monotonic() - start

@@ -56,9 +56,7 @@ def plan_doc(requests: dict[str, Any], **spec: Any) -> dict[str, Any]:
     }
 
 
-def check_placement(
-    prob: TypeProblem, choice: list[int], nodes: list[dict[str, int]]
-) -> list[str]:
+def check_placement(prob: TypeProblem, choice: list[int], nodes: list[dict[str, int]]) -> list[str]:
     """Every way a placement can break the rules, as sentences (empty: deployable)."""
     errors = []
     load: dict[str, int] = {}

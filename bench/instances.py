@@ -1,0 +1,95 @@
+"""Benchmark instances, generated from a fixed seed so every run plans the same cluster."""
+
+from __future__ import annotations
+
+import random
+from math import prod
+from typing import Any
+
+from planner.options import divisors
+
+TYPES = ("P4", "T4", "A10")
+
+
+def nodes_doc(per_type: dict[str, int], rng: random.Random, used: list[int]) -> dict[str, Any]:
+    items = []
+    for typ, n in per_type.items():
+        for i in range(n):
+            name = f"{typ.lower()}-{i:03d}"
+            items.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": {"gpuplan.ragnaros.io/gpu-type": typ}},
+                    "status": {"allocatable": {"nvidia.com/gpu": str(8 - rng.choice(used))}},
+                }
+            )
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def plan_doc(name: str, types: list[str], requests: list[tuple[str, str, int, int]]) -> dict[str, Any]:
+    """requests: (strategy, type, cards, machineNum or 0)."""
+    operators, reqs = [], {}
+    for i, (strategy, typ, cards, machines) in enumerate(requests):
+        op = f"op{i:03d}"
+        operators.append({"name": op, "keyStrategy": strategy, "services": {"key": op.replace("op", "svc-")}})
+        reqs[op] = {"resourceNum": {typ: cards}, "machineNum": {typ: machines}} if machines else {typ: cards}
+    return {
+        "apiVersion": "gpuplan.ragnaros.io/v1alpha1",
+        "kind": "GpuAllocationPlan",
+        "metadata": {"name": name, "namespace": "bench"},
+        "spec": {
+            "resources": [{"name": t, "nodeSelector": {"gpuplan.ragnaros.io/gpu-type": t}} for t in types],
+            "operators": operators,
+            "requests": reqs,
+        },
+    }
+
+
+def option_count(strategy: str, cards: int, nodes: int, largest: int = 8) -> int:
+    if strategy == "single":
+        return 1
+    ks = [k for k in divisors(cards) if cards // k <= largest]
+    if strategy == "service":
+        ks = [k for k in ks if k <= nodes]
+    return len(ks)
+
+
+def medium() -> tuple[dict[str, Any], dict[str, Any], int]:
+    """Two types, 20 nodes, 18 requests: about 3 million combinations for the seed's method."""
+    rng = random.Random(7)
+    nodes = nodes_doc({"P4": 10, "T4": 10}, rng, [0, 0, 0, 2, 4])
+    reqs = []
+    for typ in ("P4", "T4"):
+        reqs += [
+            ("machine", typ, 12, 0), ("machine", typ, 8, 0), ("service", typ, 8, 0),
+            ("service", typ, 4, 0), ("machine", typ, 2, 0), ("service", typ, 3, 0),
+            ("service", typ, 2, 0), ("single", typ, 3, 0), ("machine", typ, 4, 2),
+        ]  # fmt: skip
+    combos = prod(option_count(s, c, 10) if not m else 1 for s, _, c, m in reqs)
+    return plan_doc("medium", ["P4", "T4"], reqs), nodes, combos
+
+
+def large(tight: bool = False) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """Three types × 120 nodes, 80 requests, nodes partly used.
+
+    The plain case asks for about 70% of the free cards and is answered by the fast path; the
+    tight one asks for about 95% on fragmented nodes, so the best splits do not fit and the exact
+    search has to prove what does.
+    """
+    rng = random.Random(153 if tight else 11)  # 153: every type 96-98% full
+    used = [0, 1, 2, 3, 4, 5, 6, 7, 8] if tight else [0, 0, 0, 0, 2, 3, 4, 5, 8]
+    nodes = nodes_doc({t: 120 for t in TYPES}, rng, used)
+    sizes = [8, 12, 16, 16, 20, 24, 32] if tight else [4, 6, 8, 8, 12, 16, 16, 24, 32]
+    reqs = []
+    for i in range(80):
+        typ = TYPES[i % 3]
+        strategy = rng.choice(["machine", "machine", "service", "service", "single", "special"])
+        cards = rng.choice(sizes)
+        machines = 0
+        if strategy == "special":
+            strategy = "machine"
+            machines = rng.choice([k for k in divisors(cards) if cards // k <= 8])
+        reqs.append((strategy, typ, cards, machines))
+    combos = prod(option_count(s, c, 120) if not m else 1 for s, _, c, m in reqs)
+    return plan_doc("large", list(TYPES), reqs), nodes, combos

@@ -1,0 +1,25 @@
+"""Run the seed's method (enumerate, sort, greedy check) on a plan and a node snapshot."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import yaml
+
+from planner.bruteforce import seed_method
+from planner.options import build_problems
+from planner.parse import parse_plan, snapshot
+
+
+def main() -> None:
+    with open(sys.argv[1]) as f:
+        spec = parse_plan(yaml.safe_load(f))
+    with open(sys.argv[2]) as f:
+        snap = snapshot(yaml.safe_load(f))
+    found = seed_method(build_problems(spec, snap))
+    print(json.dumps({"feasible": found is not None, "score": None if found is None else round(found[0], 6)}))
+
+
+if __name__ == "__main__":
+    main()
