@@ -50,8 +50,8 @@ def write(name: str, plan: dict[str, Any], nodes: dict[str, Any]) -> tuple[str, 
 def row(case: str, who: str, wall: float, mb: float, res: dict[str, Any]) -> None:
     score = res.get("score")
     print(
-        f"{case:<34} {who:<22} {wall:>8.2f} {mb:>8.0f}  {str(res.get('feasible')):<6} "
-        f"{str(res.get('optimal', '-')):<6} {score if score is not None else '-'}",
+        f"{case:<34} {who:<22} {wall:>8.2f} {mb:>8.0f}  {res.get('feasible')!s:<6} "
+        f"{res.get('optimal', '-')!s:<6} {score if score is not None else '-'}",
         flush=True,
     )
 
@@ -64,7 +64,8 @@ def planner_runs(case: str, plan: str, nodes: str, repeat: int) -> float:
     row(case, f"gpuplan (median of {repeat})", statistics.median(walls), mb, res)
     for s in res.get("search", []):
         print(
-            f"{'':<34}   {s['resource']}: {s['method']}, {s['status']}, {s['seconds']}s, {s['branches']} branches"
+            f"{'':<34}   {s['resource']}: {s['method']}, {s['status']}, "
+            f"{s['seconds']}s, {s['branches']} branches"
         )
     return statistics.median(walls)
 

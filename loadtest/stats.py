@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hdrh.histogram import HdrHistogram
+from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped, unused-ignore]
 
 _HIGHEST_US = 600_000_000  # ten minutes: longer than any request timeout we allow
 PERCENTILES = (50.0, 90.0, 99.0)

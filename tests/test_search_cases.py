@@ -116,7 +116,7 @@ def test_request_with_no_admissible_split_is_its_own_conflict() -> None:
 
 def test_previous_placement_is_kept_when_still_optimal() -> None:
     prev = {"op0": (2, {"n3": 1, "n2": 1}), "op1": (8, {"n1": 1})}
-    prob, out, _ = solved([8, 8, 8, 8], [("service", 4, None), ("machine", 8, None)], previous=prev)
+    _prob, out, _ = solved([8, 8, 8, 8], [("service", 4, None), ("machine", 8, None)], previous=prev)
     # the best split of op0 is 4×1 now (a different size), but op1 stays where it was
     assert out.nodes is not None
     assert out.nodes[1] == {"n1": 1}
@@ -131,7 +131,7 @@ def test_previous_placement_minimises_moves_among_equal_scores() -> None:
 
 def test_machine_instances_concentrate_on_few_nodes() -> None:
     # 9 cards with 8-card nodes: 3×3 is best; two instances share a node, so two nodes, not three
-    prob, out, _ = solved([8, 8, 8, 8], [("machine", 9, None)])
+    _prob, out, _ = solved([8, 8, 8, 8], [("machine", 9, None)])
     assert out.nodes is not None
     assert sorted(out.nodes[0].values()) == [1, 2]
 
