@@ -84,6 +84,7 @@ class OperatorSpec:
     link_services: tuple[str, ...] = ()
     flamewaker: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     patches: tuple[Mapping[str, Any], ...] = field(default=(), compare=False, hash=False)
+    source: str = field(default="catalog", compare=False)  # where the user wrote it: operators[2]
 
 
 @dataclass(frozen=True)

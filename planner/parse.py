@@ -179,6 +179,8 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
             raise InvalidInput(f"{field}.name", "is required")
         base = catalog.get(name)
         strategy_text = item.get("keyStrategy", base.key_strategy.value if base else None)
+        if strategy_text is None:
+            raise InvalidInput(f"{field}.keyStrategy", "is required for an operator not in the catalog")
         if strategy_text not in [s.value for s in KEY_STRATEGIES]:
             raise InvalidInput(
                 f"{field}.keyStrategy", f"must be machine, service or single, got {strategy_text!r}"
@@ -209,6 +211,7 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
             link_services=tuple(links),
             flamewaker=dict(flamewaker),
             patches=tuple(dict(p) for p in patches),
+            source=field,
         )
     return tuple(catalog.values())
 

@@ -118,7 +118,6 @@ def _entry(
     services: list[str],
     instances: int,
     units: int,
-    op_index: int,
 ) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "nodeSelector": dict(resource.node_selector) | {plan_label_key(spec): node_token(node)}
@@ -137,12 +136,14 @@ def _entry(
         "podAttributes": pod,
         "containerAttributes": {"resources": {"limits": {resource.resource_name: units}}},
     }
-    entry = _deep_merge(op.flamewaker, generated)
+    merged = _deep_merge(op.flamewaker, generated)  # the template gives defaults, the plan wins
+    entry = {k: merged[k] for k in generated} | {k: v for k, v in merged.items() if k not in generated}
     if op.patches:
         try:
             entry = jsonpatch.apply_patch(entry, [dict(p) for p in op.patches])
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
-            raise InvalidInput(f"operators[{op_index}].patches", f"does not apply: {e}") from None
+            why = str(e).split(" in {")[0]  # the library appends the whole document
+            raise InvalidInput(f"{op.source}.patches", f"does not apply to {merged['name']}: {why}") from None
     return entry
 
 
@@ -150,7 +151,6 @@ def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
     """The flamewaker entries of a feasible plan, in allocation then node order."""
     out: list[Flamewaker] = []
     rendered_links: set[str] = set()
-    op_index = {o.name: i for i, o in enumerate(spec.operators)}
     for alloc in result.allocations:
         op = spec.operator(alloc.operator)
         resource = spec.resource(alloc.resource)
@@ -161,14 +161,11 @@ def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
             key_units = alloc.units - (n_links if detached and links else 0)
             shared = [] if detached else [s for s in links for _ in range(n_links)]
             name = dns_name(op.key_service, alloc.resource, node)
-            entry = _entry(
-                spec, op, resource, node, name, [op.key_service, *shared], count, key_units,
-                op_index[op.name],
-            )  # fmt: skip
+            entry = _entry(spec, op, resource, node, name, [op.key_service, *shared], count, key_units)
             out.append(Flamewaker(entry, node, count, key_units, resource))
             if detached and links:
                 name = dns_name(links[0], "link", alloc.resource, node)
-                entry = _entry(spec, op, resource, node, name, links, count * n_links, 1, op_index[op.name])
+                entry = _entry(spec, op, resource, node, name, links, count * n_links, 1)
                 out.append(Flamewaker(entry, node, count * n_links, 1, resource))
     return out
 

@@ -1,0 +1,191 @@
+"""``gpuplan plan`` end to end in-process: outputs, exit codes, and one-line errors naming the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from planner.cli import main
+from tests.helpers import node_list, plan_doc
+
+NODES = [("p4-000", "P4", 8), ("p4-001", "P4", 8), ("t4-000", "T4", 8)]
+
+
+def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: Any, nodes: Any = None, *args: str):  # type: ignore[no-untyped-def]
+    pf, nf = tmp_path / "plan.yaml", tmp_path / "nodes.yaml"
+    pf.write_text(plan if isinstance(plan, str) else yaml.safe_dump(plan))
+    nf.write_text(nodes if isinstance(nodes, str) else yaml.safe_dump(nodes or node_list(NODES)))
+    code = main(["plan", str(pf), "--nodes", str(nf), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_has_the_contract_shape(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(tmp_path, capsys, plan_doc({"face_feature_extract": {"P4": 2}}), None, "-o", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["feasible"] is True and doc["optimal"] is True
+    assert doc["score"] == 2.0
+    assert doc["allocations"] == [
+        {
+            "operator": "face_feature_extract",
+            "resource": "P4",
+            "strategy": "service",
+            "instances": 2,
+            "unitsPerInstance": 1,
+            "nodes": {"p4-000": 1, "p4-001": 1},
+        }
+    ]
+
+
+def test_infeasible_exits_3_and_still_prints_json(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(tmp_path, capsys, plan_doc({"face_1vn": {"P4": 24}}), None, "-o", "json")
+    assert code == 3
+    doc = json.loads(out)
+    assert doc["feasible"] is False
+    assert "only 16 are free" in doc["reason"]
+    assert doc["conflicts"][0]["requests"] == ["face_1vn"]
+
+
+def test_text_explains_the_choice_and_the_rejected_splits(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    reqs = {"face_1vn": {"P4": 8}, "face_feature_extract": {"P4": 2}}
+    code, out, _ = run(tmp_path, capsys, plan_doc(reqs))
+    assert code == 0
+    assert "optimal (proven)" in out
+    assert "face_feature_extract" in out and "1×2" in out
+    # spreading face_feature_extract is possible, but only by splitting face_1vn: a worse total
+    assert "not 2×1 (term 2): fits, but the best plan with it scores 6 < 9 (it forces face_1vn 2×4)" in out
+
+
+@pytest.mark.parametrize(
+    ("plan", "nodes", "message"),
+    [
+        pytest.param(
+            plan_doc({"face_image_flow": {"resourceNum": {"P4": 8}, "machineNum": {"P4": 3}}}),
+            None,
+            "requests.face_image_flow: machineNum 3 does not divide 8 cards",
+            id="machineNum must divide the cards",
+        ),
+        pytest.param(plan_doc({"face_1vn": {"V100": 2}}), None, "requests.face_1vn.V100: unknown resource type", id="unknown resource type"),
+        pytest.param(plan_doc({"face_1vn": {"P4": -2}}), None, "requests.face_1vn.P4: must not be negative", id="negative cards"),
+        pytest.param(plan_doc({"face_1vn": {"P4": 1.5}}), None, "requests.face_1vn.P4: expected a whole number", id="fractional cards"),
+        pytest.param(plan_doc({"no_such_op": {"P4": 2}}), None, "requests.no_such_op: unknown operator", id="unknown operator"),
+        pytest.param(plan_doc({}, scoring="v3"), None, "scoring: must be one of v1, v2", id="unknown scoring"),
+        pytest.param("kind: [unclosed", None, "plan: ", id="malformed YAML"),
+        pytest.param(plan_doc({"face_1vn": {"P4": 2}}), {"kind": "List", "items": []}, "nodes: the node list is empty", id="empty node list"),
+        pytest.param(
+            plan_doc({}, operators=[{"name": "x", "keyStrategy": "fastest", "services": {"key": "x"}}]),
+            None, "operators[0].keyStrategy: must be machine, service or single", id="unknown strategy",
+        ),
+        pytest.param(
+            plan_doc({}, operators=[{"name": "x", "keyStrategy": "machine", "linkStrategy": "share-2", "services": {"key": "x"}}]),
+            None, "operators[0].linkStrategy: must look like share-A-B", id="bad link strategy",
+        ),
+        pytest.param({"kind": "Deployment"}, None, "kind: expected GpuAllocationPlan", id="not a plan"),
+    ],
+)  # fmt: skip
+def test_invalid_input_exits_2_with_one_line(tmp_path, capsys, plan, nodes, message) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = run(tmp_path, capsys, plan, nodes, "-o", "json")
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_missing_file_is_invalid_input(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    code = main(["plan", str(tmp_path / "nope.yaml"), "--nodes", str(tmp_path / "nodes.yaml")])
+    _, err = capsys.readouterr()
+    assert code == 2 and "no such file" in err
+
+
+def test_seed_json_config_is_accepted(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    seed = {
+        "ragnaros_operator_config": {
+            "face_feature_extract": {"CPU": 0, "P4": 1, "T4": 0},
+            "vehicle_feature_extract": {"P4": 1},
+            "face_image_flow": {
+                "resource_num": {"CPU": 0, "P4": 2, "T4": 0},
+                "machine_num": {"P4": 2, "T4": 0},
+            },
+            "body_1vn": {"CPU": 0, "P4": 0, "T4": 4},
+        }
+    }
+    code, out, _ = run(tmp_path, capsys, json.dumps(seed), None, "-o", "json")
+    assert code == 0, out
+    allocs = {(a["operator"], a["resource"]): a for a in json.loads(out)["allocations"]}
+    assert allocs["face_image_flow", "P4"]["strategy"] == "special"
+    assert allocs["face_image_flow", "P4"]["instances"] == 2
+    assert allocs["body_1vn", "T4"]["unitsPerInstance"] == 4
+
+
+def test_pods_cordons_and_taints_reduce_what_is_usable(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    nodes = node_list(
+        [("p4-000", "P4", 8), ("p4-001", "P4", 8), ("p4-002", "P4", 8), ("p4-003", "P4", 8)],
+        **{
+            "p4-002": {"unschedulable": True},
+            "p4-003": {"taints": [{"key": "maintenance", "effect": "NoSchedule"}]},
+        },
+    )
+    pods = {
+        "kind": "PodList",
+        "items": [
+            {
+                "metadata": {"name": "other"},
+                "spec": {
+                    "nodeName": "p4-001",
+                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "6"}}}],
+                },
+                "status": {"phase": "Running"},
+            },
+            {
+                "metadata": {"name": "done"},
+                "spec": {
+                    "nodeName": "p4-000",
+                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+                },
+                "status": {"phase": "Succeeded"},
+            },
+        ],
+    }
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump(pods))
+    code, out, _ = run(
+        tmp_path, capsys, plan_doc({"face_1vn": {"P4": 8}, "security_pass": {"P4": 2}}), nodes,
+        "-o", "json", "--pods", str(tmp_path / "pods.yaml"),
+    )  # fmt: skip
+    assert code == 0
+    allocs = {a["operator"]: a for a in json.loads(out)["allocations"]}
+    assert allocs["face_1vn"]["nodes"] == {"p4-000": 1}
+    assert allocs["security_pass"]["nodes"] == {"p4-001": 2}
+
+
+def test_toleration_in_the_plan_makes_a_tainted_node_usable(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    nodes = node_list(
+        [("p4-000", "P4", 8)], **{"p4-000": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}}
+    )
+    doc = plan_doc({"face_1vn": {"P4": 8}}, tolerations=[{"key": "gpu", "operator": "Exists"}])
+    assert run(tmp_path, capsys, doc, nodes, "-o", "json")[0] == 0
+    assert run(tmp_path, capsys, plan_doc({"face_1vn": {"P4": 8}}), nodes, "-o", "json")[0] == 3
+
+
+def test_previous_plan_keeps_instances_in_place(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = plan_doc({"security_pass": {"P4": 2}})
+    nodes = node_list([(f"p4-00{i}", "P4", 8) for i in range(4)])
+    prev = {
+        "allocations": [
+            {
+                "operator": "security_pass",
+                "resource": "P4",
+                "unitsPerInstance": 1,
+                "nodes": {"p4-003": 1, "p4-002": 1},
+            }
+        ]
+    }
+    (tmp_path / "prev.json").write_text(json.dumps(prev))
+    code, out, _ = run(tmp_path, capsys, doc, nodes, "-o", "json", "--previous", str(tmp_path / "prev.json"))
+    assert code == 0
+    assert json.loads(out)["allocations"][0]["nodes"] == {"p4-002": 1, "p4-003": 1}

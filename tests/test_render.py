@@ -1,0 +1,138 @@
+"""Rendering: golden values.yaml pairs, link strategies, labels, PriorityClasses, Deployments.
+
+Golden files live in tests/data/<case>/ (plan.yaml, nodes.yaml, optional pods.yaml -> values.yaml).
+Regenerate them with ``GPUPLAN_UPDATE_GOLDEN=1 pytest tests/test_render.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from planner.errors import InvalidInput
+from planner.model import LinkStrategy
+from planner.parse import parse_plan, snapshot
+from planner.render import (
+    plan_label_key,
+    render_desired,
+    render_flamewakers,
+    render_manifests,
+    values_yaml,
+)
+from planner.search import plan
+
+DATA = Path(__file__).parent / "data"
+
+
+def load(case: str) -> tuple[Any, Any]:
+    d = DATA / case
+    spec = parse_plan(yaml.safe_load((d / "plan.yaml").read_text()))
+    pods = yaml.safe_load((d / "pods.yaml").read_text()) if (d / "pods.yaml").exists() else None
+    snap = snapshot(yaml.safe_load((d / "nodes.yaml").read_text()), pods)
+    return spec, plan(spec, snap)
+
+
+@pytest.mark.parametrize("case", ["image-fence", "links"])
+def test_values_yaml_matches_golden(case: str) -> None:
+    spec, result = load(case)
+    assert result.feasible
+    got = values_yaml(spec, result)
+    golden = DATA / case / "values.yaml"
+    if os.environ.get("GPUPLAN_UPDATE_GOLDEN"):
+        golden.write_text(got)
+    assert got == golden.read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "cards", "expected"),
+    [
+        pytest.param("share-0-0", 8, (1, False), id="share-0-0: one link sharing every card"),
+        pytest.param("share-2-3", 8, (3, False), id="share-2-3: one per 2 cards, at most 3"),
+        pytest.param("share-2-3", 1, (1, False), id="share-2-3: at least one on a 1-card partition"),
+        pytest.param("detach-2-3", 8, (3, True), id="detach-2-3: three links take a card each"),
+        pytest.param("detach-2-3", 1, (1, False), id="detach-2-3 below 2 cards falls back to sharing"),
+        pytest.param("detach-1-4", 2, (1, True), id="detach never takes the key service's last card"),
+    ],
+)
+def test_link_strategy_counts(text: str, cards: int, expected: tuple[int, bool]) -> None:
+    mode, a, b = text.split("-")
+    assert LinkStrategy(mode, int(a), int(b)).links_for(cards) == expected
+
+
+def test_links_render_per_strategy_and_shared_service_once() -> None:
+    spec, result = load("links")
+    fws = render_flamewakers(spec, result)
+    groups = [[o["group"] for o in f.entry["operators"]] for f in fws]
+    assert ["shared-all", "shared-all-anno"] in groups
+    assert ["shared-per-two", *["shared-per-two-link"] * 3] in groups
+    detached = [f for f in fws if f.entry["operators"][0]["group"] == "detached-key"]
+    links = [f for f in fws if f.entry["operators"][0]["group"] == "detached-link"]
+    assert detached[0].units == 5 and links[0].units == 1 and links[0].instances == 3
+    # face_image_flow renders the shared retrieval service; face_video, later, does not again
+    retrieval = [g for g in groups if "face-surveillance-retrieval" in g]
+    assert len(retrieval) == 1
+    # cards per node add up to the plan's allocation on that node
+    per_node: dict[str, int] = {}
+    for f in fws:
+        per_node[f.node] = per_node.get(f.node, 0) + f.instances * f.units
+    planned: dict[str, int] = {}
+    for a in result.allocations:
+        for n, c in a.nodes:
+            planned[n] = planned.get(n, 0) + c * a.units
+    assert per_node == planned
+
+
+def test_template_and_patches_apply_to_each_entry() -> None:
+    spec, result = load("links")
+    for f in render_flamewakers(spec, result):
+        if f.entry["operators"][0]["group"].startswith("detached"):
+            assert f.entry["commandSuffix"] == ["--enableLocalCache=false"]
+            assert f.entry["podAttributes"]["hostNetwork"] is True
+
+
+def test_patch_that_does_not_apply_names_the_operator() -> None:
+    spec, result = load("links")
+    doc = yaml.safe_load((DATA / "links" / "plan.yaml").read_text())
+    doc["spec"]["operators"][2]["patches"] = [{"op": "replace", "path": "/nope/deeper", "value": 1}]
+    spec = parse_plan(doc)
+    with pytest.raises(InvalidInput, match=r"operators\[2\]\.patches: does not apply"):
+        render_flamewakers(spec, result)
+
+
+def test_every_instance_is_pinned_to_its_node_by_the_plan_label() -> None:
+    spec, result = load("image-fence")
+    desired = render_desired(spec, result)
+    key = plan_label_key(spec)
+    assert key == "gpuplan.ragnaros.io/ragnaros.image-fence"
+    for f in render_flamewakers(spec, result):
+        selector = f.entry["podAttributes"]["nodeSelector"]
+        assert desired.node_labels[f.node][key] == selector[key]
+        assert f.entry["podAttributes"]["priorityClassName"] == f"ragnaros-cluster-critical-{f.units}"
+        assert f.entry["containerAttributes"]["resources"]["limits"]["nvidia.com/gpu"] == f.units
+
+
+def test_priority_classes_rank_larger_instances_higher() -> None:
+    spec, result = load("image-fence")
+    pcs = render_desired(spec, result).priority_classes
+    values = [(int(p["metadata"]["name"].rsplit("-", 1)[1]), p["value"]) for p in pcs]
+    assert values == sorted(values, reverse=True)
+    assert dict(values)[8] == 800008000  # seed 001's value
+
+
+def test_manifests_hold_deployments_with_gpu_requests_when_deploy_is_true() -> None:
+    spec, result = load("image-fence")
+    objs = render_manifests(spec, result)
+    kinds = [o["kind"] for o in objs]
+    assert kinds.count("ConfigMap") == 1
+    deployments = [o for o in objs if o["kind"] == "Deployment"]
+    assert len(deployments) == len(render_flamewakers(spec, result))
+    pods = sum(d["spec"]["replicas"] for d in deployments)
+    assert pods == sum(f.instances for f in render_flamewakers(spec, result))
+    for d in deployments:
+        pod = d["spec"]["template"]["spec"]
+        assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] >= 1
+        assert pod["priorityClassName"].startswith("ragnaros-cluster-critical-")
