@@ -6,6 +6,9 @@ Pure functions only (``render_*``): the operator applies exactly what this modul
 CLI prints the same (``-o values``, ``-o manifests``), so a plan reviewed offline is the plan that
 lands. The only thing the operator adds is ``ownerReferences``, which need the plan's uid.
 
+Names: every flamewaker entry (and so its Deployment) is named ``<plan>-<service>-<type>-<node>``,
+so two plans in one namespace never claim the same object.
+
 Pinning: every node the plan uses gets one label, ``gpuplan.ragnaros.io/<plan-key>=<node-token>``.
 Each flamewaker entry covers one service of one allocation on one node (``instanceNumber`` = that
 allocation's instances there) and selects that node's token, so Kubernetes can only put each
@@ -160,11 +163,11 @@ def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
         for node, count in alloc.nodes:
             key_units = alloc.units - (n_links if detached and links else 0)
             shared = [] if detached else [s for s in links for _ in range(n_links)]
-            name = dns_name(op.key_service, alloc.resource, node)
+            name = dns_name(spec.name, op.key_service, alloc.resource, node)
             entry = _entry(spec, op, resource, node, name, [op.key_service, *shared], count, key_units)
             out.append(Flamewaker(entry, node, count, key_units, resource))
             if detached and links:
-                name = dns_name(links[0], "link", alloc.resource, node)
+                name = dns_name(spec.name, links[0], "link", alloc.resource, node)
                 entry = _entry(spec, op, resource, node, name, links, count * n_links, 1)
                 out.append(Flamewaker(entry, node, count * n_links, 1, resource))
     return out
@@ -256,6 +259,9 @@ def render_deployments(spec: PlanSpec, result: PlanResult) -> list[dict[str, Any
                 },
                 "spec": {
                     "replicas": int(entry.get("instanceNumber", 1)) * int(entry.get("replica", 1)),
+                    # replace, never roll: a resized instance on a full node cannot surge beside
+                    # its old pod, and a smaller one cannot preempt it
+                    "strategy": {"type": "Recreate"},
                     "selector": {"matchLabels": selector},
                     "template": {
                         "metadata": {"labels": selector | MANAGED_BY},

@@ -1,0 +1,100 @@
+"""``python -m gpuplan_operator``: run the operator (standalone unless ``--peering`` is given).
+
+Notes
+-----
+Standalone is the default because peering needs kopf's peering CRDs (``crds/kopf-peering.yaml``)
+installed; with more than one replica pass ``--peering NAME`` so only one of them acts at a time.
+The operator never creates its own CRD: install ``crds/gpuallocationplans.yaml`` first.
+
+``GPUPLAN_FAULT_EXIT_AFTER_WRITES=N`` (tests only) makes the process die abruptly right after its
+N-th write to the API server, to prove that a crash mid-apply converges after a restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import kopf
+
+from gpuplan_operator.service import Options
+
+FAULT_ENV = "GPUPLAN_FAULT_EXIT_AFTER_WRITES"
+
+
+def parser() -> argparse.ArgumentParser:
+    d = Options()
+    p = argparse.ArgumentParser(
+        prog="python -m gpuplan_operator",
+        description="Run the gpuplan operator: plans GpuAllocationPlans and makes the cluster follow them.",
+    )
+    p.add_argument(
+        "-n", "--namespace", action="append", default=[],
+        help="watch plans in this namespace (repeatable, globs allowed); default: all namespaces",
+    )  # fmt: skip
+    p.add_argument("--peering", metavar="NAME", help="run with kopf peering NAME instead of standalone")
+    p.add_argument("--priority", type=int, default=0, help="peering priority of this replica")
+    p.add_argument(
+        "--liveness", default="http://0.0.0.0:8080/healthz", metavar="URL",
+        help="liveness endpoint (default %(default)s); 'none' disables it",
+    )  # fmt: skip
+    p.add_argument("--plan-seconds", type=float, default=d.plan_seconds, help="planning time budget")
+    p.add_argument("--debounce", type=float, default=d.debounce, help="quiet seconds before a re-plan")
+    p.add_argument("--max-delay", type=float, default=d.max_delay, help="longest wait in a burst")
+    p.add_argument("--resync", type=float, default=d.resync, help="re-plan failed plans this often")
+    p.add_argument("--ready-poll", type=float, default=d.ready_poll, help="readiness checks while pending")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def _fault_hook() -> object | None:
+    limit = int(os.environ.get(FAULT_ENV, "0") or 0)
+    if limit <= 0:
+        return None
+
+    def hook(writes: int) -> None:
+        if writes >= limit:
+            print(f"gpuplan-operator: {FAULT_ENV}={limit} reached: exit", file=sys.stderr, flush=True)
+            os._exit(137)
+
+    return hook
+
+
+def _quiet_node_events(record: logging.LogRecord) -> bool:
+    """Drop kopf's "Handler 'node_event' succeeded" line: one per node heartbeat is noise."""
+    return not (record.levelno <= logging.INFO and "Handler 'node_event' succeeded" in record.getMessage())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.FULL, log_prefix=True)
+    logging.getLogger("gpuplan_operator").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    if not args.verbose:
+        logging.getLogger("kopf.objects").addFilter(_quiet_node_events)
+    import gpuplan_operator.handlers  # noqa: F401  (registers the handlers)
+
+    options = Options(
+        plan_seconds=args.plan_seconds,
+        debounce=args.debounce,
+        max_delay=args.max_delay,
+        resync=args.resync,
+        ready_poll=args.ready_poll,
+    )
+    memo = kopf.Memo(options=options, write_hook=_fault_hook())
+    kopf.run(
+        standalone=args.peering is None,
+        peering_name=args.peering,
+        priority=args.priority,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=None if args.liveness == "none" else args.liveness,
+        memo=memo,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

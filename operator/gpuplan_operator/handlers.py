@@ -1,0 +1,162 @@
+"""kopf handlers: thin. They call :class:`~.service.PlanService` and tell kopf what to do next.
+
+Notes
+-----
+- Clients are built in the start-up handler and kept in kopf's ``memo``, never at import time.
+- The service is synchronous (the ``kubernetes`` client and the solver are); handlers run it in a
+  thread with :func:`asyncio.to_thread`, so the event loop keeps serving watches, and bump the
+  :class:`~.watch.ChangeFeed` from the loop's thread afterwards.
+- Invalid specs raise :class:`kopf.PermanentError` (status already says why): no retries until the
+  spec changes. Apply errors raise :class:`kopf.TemporaryError` and are retried with a delay.
+- Nodes are watched with an event handler, never a daemon or timer, so no finalizer lands on them.
+  Each plan has a daemon that waits on the feed and re-plans after a burst settles; daemons also
+  poll readiness while pods are pending and re-plan Infeasible/Error plans every ``resync``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+
+from gpuplan_operator import GROUP, PLURAL, VERSION
+from gpuplan_operator import status as st
+from gpuplan_operator.kube import Kube, load_api_client
+from gpuplan_operator.service import Options, Outcome, PlanService
+from gpuplan_operator.watch import ChangeFeed, NodeTracker
+
+log = logging.getLogger("gpuplan_operator")
+PLAN = (GROUP, VERSION, PLURAL)
+
+
+def post_event(plan: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    """Kubernetes Event on the plan (kopf queues it; safe from the service's worker thread)."""
+    kopf.event(cast(kopf.Body, plan), type=type_, reason=reason, message=message[:1000])
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300  # re-open watches regularly (kopf #1276)
+    settings.watching.client_timeout = 330
+    options = memo.get("options") or Options()
+    kube = Kube(load_api_client())
+    hook = memo.get("write_hook")
+    if hook is not None:
+        kube.write_hook = hook
+    memo.options = options
+    memo.service = PlanService(kube, options, post_event)
+    memo.feed = ChangeFeed()
+    memo.nodes = NodeTracker()
+
+
+async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str) -> Outcome | None:
+    service: PlanService = memo.service
+    assert namespace is not None  # plans are namespaced
+    outcome = await asyncio.to_thread(service.reconcile, namespace, name)
+    if outcome is None:
+        return None
+    if outcome.moved:
+        await memo.feed.bump(origin=f"{namespace}/{name}")
+    if outcome.phase == st.INVALID:
+        raise kopf.PermanentError(outcome.message)
+    if outcome.phase == st.ERROR:
+        raise kopf.TemporaryError(outcome.message, delay=min(memo.options.resync, 10.0))
+    return outcome
+
+
+@kopf.on.create(*PLAN)
+async def plan_created(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
+    await _reconcile(memo, namespace, name)
+
+
+@kopf.on.update(*PLAN, field="spec")
+async def plan_updated(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
+    await _reconcile(memo, namespace, name)
+
+
+@kopf.on.resume(*PLAN)
+async def plan_resumed(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
+    await _reconcile(memo, namespace, name)
+
+
+@kopf.on.delete(*PLAN)
+async def plan_deleted(memo: kopf.Memo, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
+    service: PlanService = memo.service
+    changes = await asyncio.to_thread(service.cleanup, dict(body))
+    if changes:
+        await memo.feed.bump(origin=f"{namespace}/{name}")  # its cards are free for the others
+
+
+@kopf.on.event("", "v1", "nodes")
+async def node_event(memo: kopf.Memo, event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    tracker: NodeTracker = memo.nodes
+    if tracker.observe(event.get("type"), body):
+        log.debug("node %s changed (%s): re-plan", body.get("metadata", {}).get("name"), event.get("type"))
+        await memo.feed.bump(origin=None)
+
+
+@kopf.daemon(*PLAN, cancellation_backoff=2.0, cancellation_timeout=5.0)
+async def follow_cluster(
+    stopped: kopf.DaemonStopped, memo: kopf.Memo, namespace: str | None, name: str, **_: Any
+) -> None:
+    """Re-plan after node (or other plans') changes; keep ``Ready`` and failed plans fresh."""
+    feed: ChangeFeed = memo.feed
+    options: Options = memo.options
+    service: PlanService = memo.service
+    assert namespace is not None  # plans are namespaced
+    me = f"{namespace}/{name}"
+    seen = feed.version
+    phase, ready = st.APPLIED, False  # until the first check says otherwise: poll soon
+    while not stopped:
+        failing = phase in (st.INFEASIBLE, st.ERROR)
+        wait = options.ready_poll if phase == st.APPLIED and not ready else options.resync
+        changed = await _wait(feed, seen, wait, stopped)
+        if stopped:
+            break
+        try:
+            if changed:
+                version = await feed.settle(options.debounce, options.max_delay)
+                origins = feed.origins_since(seen)
+                seen = version
+                if origins == {me}:
+                    continue  # only our own placement changed: nothing new to plan against
+                outcome = await _replan(memo, namespace, name)
+            elif failing:
+                outcome = await _replan(memo, namespace, name)
+            else:
+                outcome = await asyncio.to_thread(service.refresh_readiness, namespace, name)
+        except kopf.PermanentError:
+            phase = st.INVALID  # status says why; wait for the spec to change
+            continue
+        except kopf.TemporaryError:
+            phase = st.ERROR  # retried every resync, and by kopf
+            continue
+        except Exception:  # an API hiccup: log it loudly and try again at the next resync
+            log.exception("%s: re-plan failed", me)
+            phase = st.ERROR
+            continue
+        if outcome is not None:
+            phase, ready = outcome.phase, outcome.ready
+
+
+async def _wait(feed: ChangeFeed, seen: int, timeout: float, stopped: kopf.DaemonStopped) -> bool:
+    """Wait for a cluster change, a timeout, or the daemon being stopped (plan deleted, exit)."""
+    changed = asyncio.ensure_future(feed.wait_beyond(seen, timeout))
+    stop = asyncio.ensure_future(stopped.wait())
+    done, pending = await asyncio.wait({changed, stop}, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    return changed in done and bool(changed.result())
+
+
+async def _replan(memo: kopf.Memo, namespace: str | None, name: str) -> Outcome | None:
+    return await _reconcile(memo, namespace, name)

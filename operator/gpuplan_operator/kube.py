@@ -1,0 +1,151 @@
+"""A small JSON transport over the ``kubernetes`` client's connection.
+
+Notes
+-----
+The operator works on plain dicts: the planner reads NodeLists and PodLists as JSON, the renderer
+returns manifests as dicts, and server-side apply takes a manifest as it is. Going through the
+generated typed models would convert every object twice (and drop fields the models do not
+know), so this class borrows only the client's configuration, authentication, TLS and connection
+pool, and speaks JSON paths directly. Errors are the client's own
+:class:`kubernetes.client.exceptions.ApiException`, raised for every non-2xx answer, so callers
+never mistake a failure for success.
+
+One instance is built at start-up (kept in kopf's ``memo``) and shared by the handler threads;
+urllib3's pool is thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+JSON = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+def load_api_client(pool_size: int = 8, kubeconfig: str | None = None) -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else ``$KUBECONFIG``/``~/.kube/config``."""
+    configuration = client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        # read $KUBECONFIG now: the client library reads it once, at import time
+        path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
+        config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = pool_size
+    return client.ApiClient(configuration)
+
+
+def _query_value(value: Any) -> Any:
+    return str(value).lower() if isinstance(value, bool) else value
+
+
+def not_found(error: BaseException) -> bool:
+    return isinstance(error, ApiException) and error.status == 404
+
+
+def api_error_message(error: ApiException) -> str:
+    """The API server's own one-line message (``Status.message``) rather than headers and all."""
+    try:
+        body = json.loads(error.body or "")
+        if isinstance(body, dict) and body.get("message"):
+            return f"{error.status} {body.get('reason') or error.reason}: {body['message']}"
+    except ValueError:
+        pass
+    return f"{error.status} {error.reason}"
+
+
+def path_for(api_version: str, plural: str, name: str | None = None, namespace: str | None = None) -> str:
+    """``/api/v1/...`` for the core group, ``/apis/<group>/<version>/...`` for the others."""
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    if namespace:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += f"/{plural}"
+    if name:
+        base += f"/{quote(name, safe='')}"
+    return base
+
+
+class Kube:
+    """JSON requests with the client's credentials. Counts writes (see ``write_hook``)."""
+
+    def __init__(self, api_client: client.ApiClient, timeout: float = 30.0) -> None:
+        self.api = api_client
+        self.timeout = timeout
+        self.writes = 0
+        self.write_hook: Any = None  # called after every successful write (fault injection)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> JSON:
+        """One request; the decoded JSON answer, or :class:`ApiException` for non-2xx."""
+        url = self.api.configuration.host + path
+        params = {k: v for k, v in (query or {}).items() if v is not None}
+        if params:
+            url += "?" + urlencode({k: _query_value(v) for k, v in params.items()})
+        headers = dict(self.api.default_headers)
+        headers["Accept"] = "application/json"
+        headers["Content-Type"] = content_type
+        self.api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
+        # the REST layer serialises a dict as JSON for JSON and structured-YAML content types
+        response = self.api.rest_client.request(  # type: ignore[no-untyped-call]
+            method, url, headers=headers, body=body, _request_timeout=self.timeout
+        )
+        data = response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
+        if method != "GET":
+            self.writes += 1
+            if self.write_hook is not None:
+                self.write_hook(self.writes)
+        return json.loads(data) if data else {}
+
+    def get(self, path: str, **query: Any) -> JSON:
+        return self.request("GET", path, query=query)
+
+    def get_or_none(self, path: str) -> JSON | None:
+        try:
+            return self.get(path)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def merge_patch(self, path: str, body: Mapping[str, Any], field_manager: str) -> JSON:
+        return self.request(
+            "PATCH", path, body=body, content_type=MERGE_PATCH, query={"fieldManager": field_manager}
+        )
+
+    def apply(self, path: str, manifest: Mapping[str, Any], field_manager: str) -> JSON:
+        """Server-side apply; ``force`` takes over fields another manager set on our objects."""
+        return self.request(
+            "PATCH",
+            path,
+            body=manifest,
+            content_type=APPLY_PATCH,
+            query={"fieldManager": field_manager, "force": True},
+        )
+
+    def delete(self, path: str, propagation: str = "Background") -> bool:
+        """Delete; False when it was already gone."""
+        try:
+            self.request("DELETE", path, body={"propagationPolicy": propagation})
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True

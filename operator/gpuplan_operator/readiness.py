@@ -1,0 +1,85 @@
+"""Pure: is every pod the plan owns scheduled? (the ``Ready`` condition)
+
+Notes
+-----
+"Scheduled" is what the plan controls: kube-scheduler bound the pod (``spec.nodeName``), and to
+the node the plan chose (the Deployment's node selector names the plan's label value, which is
+that node's token). Running is the kubelet's business and not the plan's. Pods being deleted
+(an old placement going away) are ignored, and so are pods of an older template (a resized
+instance whose old pod is still there); a missing pod (not created yet) counts as pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuplan_operator.status import Readiness
+
+
+def _matches(pod: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _limits(pod_spec: Mapping[str, Any]) -> list[dict[str, str]]:
+    return [
+        {k: str(v) for k, v in ((c.get("resources") or {}).get("limits") or {}).items()}
+        for c in pod_spec.get("containers") or []
+    ]
+
+
+def _current(pod: Mapping[str, Any], template: Mapping[str, Any]) -> bool:
+    """Is the pod of the Deployment's current template (cards, node selector), not a leftover?
+
+    Limits are compared one way: admission (a LimitRange) may add limits the template lacks.
+    """
+    spec = pod.get("spec") or {}
+    have, want = _limits(spec), _limits(template)
+    if len(have) != len(want) or any(w.items() - h.items() for h, w in zip(have, want, strict=True)):
+        return False
+    return (spec.get("nodeSelector") or {}) == (template.get("nodeSelector") or {})
+
+
+def _why_pending(pod: Mapping[str, Any]) -> str:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("message") or cond.get("reason") or "not scheduled")
+    return "not scheduled yet"
+
+
+def readiness(
+    deployments: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], label_key: str, deploy: bool
+) -> Readiness:
+    if not deploy:
+        return Readiness(True, "NoPods", "deploy is false: the flamewakers ConfigMap is the output")
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    want = scheduled = 0
+    pending: list[str] = []
+    misplaced: list[str] = []
+    for dep in deployments:
+        spec = dep.get("spec") or {}
+        replicas = int(spec.get("replicas", 1))
+        selector = (spec.get("selector") or {}).get("matchLabels") or {}
+        template = (spec.get("template") or {}).get("spec") or {}
+        token = (template.get("nodeSelector") or {}).get(label_key)
+        mine = [p for p in live if _matches(p, selector) and _current(p, template)]
+        want += replicas
+        bound = [p for p in mine if (p.get("spec") or {}).get("nodeName")]
+        for p in bound:
+            node = p["spec"]["nodeName"]
+            if token is not None and token != node and not token.startswith("node-"):
+                misplaced.append(f"{p['metadata']['name']} on {node}, planned {token}")
+        scheduled += min(len(bound), replicas)
+        for p in mine:
+            if not (p.get("spec") or {}).get("nodeName"):
+                pending.append(f"{p['metadata']['name']} ({_why_pending(p)})")
+        missing = replicas - len(mine)
+        if missing > 0:
+            pending.append(f"{dep['metadata']['name']}: {missing} pod(s) not created yet")
+    if misplaced:
+        return Readiness(False, "Misplaced", f"pods not on their planned node: {'; '.join(misplaced[:5])}")
+    if scheduled >= want:
+        return Readiness(True, "AllScheduled", f"{scheduled}/{want} pods scheduled on their planned nodes")
+    detail = "; ".join(pending[:5]) + (f"; and {len(pending) - 5} more" if len(pending) > 5 else "")
+    return Readiness(False, "Pending", f"{scheduled}/{want} pods scheduled; pending: {detail}")

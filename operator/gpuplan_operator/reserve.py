@@ -1,0 +1,93 @@
+"""What other plans and foreign pods already hold: the part of the snapshot that is not Nodes.
+
+Notes
+-----
+Two plans must never book the same card, and nothing may be counted twice:
+
+- Another plan's cards are read from its ``status.applied.units`` (node -> resource name ->
+  units), which the operator writes when it has applied that plan and keeps while the plan is
+  Infeasible, Invalid or a dry run (its outputs stay in place then). Reading what was *applied*,
+  not the other plan's spec, stays right while that spec is being edited.
+- Pods are counted only when no plan accounts for them: pods the operator deployed carry
+  ``app.kubernetes.io/managed-by=gpuplan``, and pods Ragnaros starts from a plan's values.yaml
+  select the plan's node label key. Both are already inside their plan's reservation (or are
+  this plan's own, about to be re-planned), so they are left out of the pod list.
+
+Units follow the planner's snapshot: cards for extended resources, millicores for ``cpu``
+(``status.applied`` stores whole cores, as the plan's allocations do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpuplan_operator.naming import label_key_of
+from planner.render import DOMAIN, MANAGED_BY
+
+Units = dict[str, dict[str, int]]  # node -> resource name -> units
+
+_SNAPSHOT_SCALE = {"cpu": 1000}
+
+
+def applied_units(allocations: Iterable[Mapping[str, Any]], resource_names: Mapping[str, str]) -> Units:
+    """``status.applied.units`` from contract-shaped allocations and the plan's resource names."""
+    out: Units = {}
+    for a in allocations:
+        rname = resource_names.get(str(a["resource"]))
+        if rname is None:
+            continue
+        per = int(a["unitsPerInstance"])
+        for node, count in (a.get("nodes") or {}).items():
+            slot = out.setdefault(str(node), {})
+            slot[rname] = slot.get(rname, 0) + per * int(count)
+    return {n: dict(sorted(r.items())) for n, r in sorted(out.items())}
+
+
+def reserved_by_others(plans: Iterable[Mapping[str, Any]], uid: str) -> Units:
+    """Sum of every other plan's applied units, in snapshot units."""
+    out: Units = {}
+    for plan in plans:
+        if (plan.get("metadata") or {}).get("uid") == uid:
+            continue
+        units = ((plan.get("status") or {}).get("applied") or {}).get("units") or {}
+        for node, resources in units.items():
+            for rname, n in (resources or {}).items():
+                slot = out.setdefault(str(node), {})
+                slot[rname] = slot.get(rname, 0) + int(n) * _SNAPSHOT_SCALE.get(rname, 1)
+    return out
+
+
+def plan_keys(plans: Iterable[Mapping[str, Any]]) -> set[str]:
+    keys = set()
+    for plan in plans:
+        meta = plan.get("metadata") or {}
+        if meta.get("name") and meta.get("namespace"):
+            keys.add(label_key_of(str(meta["namespace"]), str(meta["name"])))
+    return keys
+
+
+def accounted_by_a_plan(pod: Mapping[str, Any], keys: set[str]) -> bool:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if all(labels.get(k) == v for k, v in MANAGED_BY.items()):
+        return True
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    return any(k in keys for k in selector if k.startswith(f"{DOMAIN}/"))
+
+
+def foreign_pods(pods_doc: Mapping[str, Any], keys: set[str]) -> dict[str, Any]:
+    """The pod list without the pods some plan already accounts for."""
+    items = [p for p in pods_doc.get("items") or [] if not accounted_by_a_plan(p, keys)]
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def priority_classes_in_use(plans: Iterable[Mapping[str, Any]], uid: str) -> set[str]:
+    """PriorityClasses other plans applied (a plan being deleted still counts until it is gone)."""
+    out: set[str] = set()
+    for plan in plans:
+        if (plan.get("metadata") or {}).get("uid") == uid:
+            continue
+        applied = (plan.get("status") or {}).get("applied") or {}
+        out.update(str(n) for n in applied.get("priorityClasses") or [])
+    return out

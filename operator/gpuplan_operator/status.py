@@ -1,0 +1,266 @@
+"""Pure: a plan's outcome -> its ``status`` (contract section 3), and the patch that gets there.
+
+Notes
+-----
+Status is rebuilt from scratch on every reconcile and compared with what the plan already shows;
+:func:`status_patch` returns None when nothing changed, so a re-run on an unchanged plan writes
+nothing. Nothing time-dependent goes in except ``lastTransitionTime``, which is carried over while
+a condition keeps its status.
+
+What stays when a plan cannot be applied: an Infeasible, Invalid or dry-run outcome leaves the
+cluster as the last successful apply left it, so ``allocations``, ``score``, ``applied`` and the
+``Applied``/``Ready`` conditions keep describing that state; only ``phase``, ``message`` and
+``Planned`` speak about the new attempt. ``applied`` (units per node, PriorityClasses) is what
+other plans subtract and what deletion may clean up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planner.result import PlanResult
+
+PLANNING, APPLIED, INFEASIBLE, INVALID, ERROR = "Planning", "Applied", "Infeasible", "Invalid", "Error"
+PHASES = (PLANNING, APPLIED, INFEASIBLE, INVALID, ERROR)
+OUR_KEYS = (
+    "phase",
+    "observedGeneration",
+    "score",
+    "optimal",
+    "cardsPlaced",
+    "cardsRequested",
+    "cards",
+    "allocations",
+    "conflicts",
+    "applied",
+    "conditions",
+    "message",
+)
+APPLIED_TEXT = "node labels, priority classes and outputs match the plan"
+DRY_RUN_TEXT = "dryRun is true: nothing was written"
+_KEEP_ON_FAILURE = ("score", "optimal", "cardsPlaced", "cardsRequested", "cards", "allocations", "applied")
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Whether every pod the plan owns is scheduled (the ``Ready`` condition)."""
+
+    ready: bool
+    reason: str
+    message: str
+
+
+def condition(
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    generation: int,
+    previous: Sequence[Mapping[str, Any]] | None,
+    now: str,
+) -> dict[str, Any]:
+    """A metav1.Condition; ``lastTransitionTime`` moves only when ``status`` flips."""
+    text = "True" if status else "False"
+    since = now
+    for old in previous or []:
+        if old.get("type") == type_ and old.get("status") == text and old.get("lastTransitionTime"):
+            since = str(old["lastTransitionTime"])
+    return {
+        "type": type_,
+        "status": text,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": since,
+    }
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _kept(old: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in old.get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return None
+
+
+def _conditions(*conds: dict[str, Any] | None) -> list[dict[str, Any]]:
+    return [c for c in conds if c is not None]
+
+
+def plan_fields(result: PlanResult) -> dict[str, Any]:
+    """score, optimal, cards and allocations of a feasible result (contract section 4 shapes)."""
+    doc = result.to_json()
+    placed, requested = result.cards_placed, result.cards_requested
+    return {
+        "score": doc["score"],
+        "optimal": bool(doc["optimal"]),
+        "cardsPlaced": placed,
+        "cardsRequested": requested,
+        "cards": f"{placed}/{requested}",
+        "allocations": doc["allocations"],
+    }
+
+
+def summary(result: PlanResult) -> str:
+    nodes = {n for a in result.allocations for n, _ in a.nodes}
+    quality = "optimal" if result.optimal else "best found in time"
+    return (
+        f"{result.cards_placed}/{result.cards_requested} cards placed on {len(nodes)} nodes, "
+        f"score {_number(float(result.score) if result.score is not None else None)} ({quality})"
+    )
+
+
+def planning_status(old: Mapping[str, Any], generation: int) -> dict[str, Any]:
+    """Shown while a new spec generation is being planned; everything else stays as it was."""
+    out = {k: v for k, v in old.items() if k in OUR_KEYS}
+    out["phase"] = PLANNING
+    out["message"] = f"planning generation {generation}"
+    return out
+
+
+def applied_status(
+    old: Mapping[str, Any],
+    generation: int,
+    result: PlanResult,
+    applied: Mapping[str, Any],
+    readiness: Readiness,
+    now: str,
+) -> dict[str, Any]:
+    prev = old.get("conditions")
+    text = summary(result)
+    return {
+        "phase": APPLIED,
+        "observedGeneration": generation,
+        **plan_fields(result),
+        "applied": dict(applied),
+        "conditions": _conditions(
+            condition("Planned", True, "PlanFound", text, generation, prev, now),
+            condition("Applied", True, "Applied", APPLIED_TEXT, generation, prev, now),
+            condition("Ready", readiness.ready, readiness.reason, readiness.message, generation, prev, now),
+        ),
+        "message": text,
+    }
+
+
+def dry_run_status(old: Mapping[str, Any], generation: int, result: PlanResult, now: str) -> dict[str, Any]:
+    """dryRun: the proposed plan is reported; whatever an earlier apply left stays in place."""
+    prev = old.get("conditions")
+    text = summary(result)
+    out = {
+        "phase": PLANNING,
+        "observedGeneration": generation,
+        **plan_fields(result),
+        "conditions": _conditions(
+            condition("Planned", True, "PlanFound", text, generation, prev, now),
+            condition("Applied", False, "DryRun", DRY_RUN_TEXT, generation, prev, now),
+            _kept(old, "Ready"),
+        ),
+        "message": f"dry run: {text}; nothing written",
+    }
+    if old.get("applied"):
+        out["applied"] = old["applied"]
+    return out
+
+
+def _failed(
+    old: Mapping[str, Any],
+    generation: int,
+    phase: str,
+    reason: str,
+    message: str,
+    now: str,
+    extra: Mapping[str, Any] | None = None,
+    planned: str | None = None,
+) -> dict[str, Any]:
+    """Status of an attempt that wrote nothing (Invalid, Infeasible) or failed writing (Error).
+
+    ``planned``: the plan's summary when planning itself succeeded (Error during apply).
+    """
+    prev = old.get("conditions")
+    applied_before = bool(old.get("applied"))
+    if planned is not None:
+        planned_cond = condition("Planned", True, "PlanFound", planned, generation, prev, now)
+    else:
+        planned_cond = condition("Planned", False, reason, message, generation, prev, now)
+    if applied_before and phase != ERROR:
+        applied_cond = _kept(old, "Applied")
+    else:
+        applied_cond = condition("Applied", False, reason, message, generation, prev, now)
+    out: dict[str, Any] = {k: old[k] for k in _KEEP_ON_FAILURE if k in old}
+    out |= {
+        "phase": phase,
+        "observedGeneration": generation,
+        "conditions": _conditions(planned_cond, applied_cond, _kept(old, "Ready")),
+        "message": message,
+    }
+    out |= dict(extra or {})
+    return out
+
+
+def invalid_status(old: Mapping[str, Any], generation: int, error: str, now: str) -> dict[str, Any]:
+    keep = " (the previous placement stays applied)" if old.get("applied") else ""
+    return _failed(old, generation, INVALID, "Invalid", f"invalid spec: {error}{keep}", now)
+
+
+def infeasible_status(
+    old: Mapping[str, Any],
+    generation: int,
+    reason: str,
+    now: str,
+    conflicts: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """No deployable plan (or no usable snapshot): nothing written, the old placement stays."""
+    keep = "; the previous placement stays applied" if old.get("applied") else ""
+    extra = {"conflicts": [dict(c) for c in conflicts]} if conflicts else None
+    message = f"no deployable plan: {reason}{keep}"
+    return _failed(old, generation, INFEASIBLE, "Infeasible", message, now, extra)
+
+
+def error_status(
+    old: Mapping[str, Any], generation: int, error: str, now: str, planned: str | None = None
+) -> dict[str, Any]:
+    return _failed(old, generation, ERROR, "ApplyFailed", f"apply failed: {error}", now, planned=planned)
+
+
+def with_readiness(old: Mapping[str, Any], readiness: Readiness, generation: int, now: str) -> dict[str, Any]:
+    """The same status with the ``Ready`` condition refreshed (pods got scheduled, or not)."""
+    out = {k: v for k, v in old.items() if k in OUR_KEYS}
+    prev = old.get("conditions") or []
+    ready = condition("Ready", readiness.ready, readiness.reason, readiness.message, generation, prev, now)
+    out["conditions"] = [c for c in prev if c.get("type") != "Ready"] + [ready]
+    return out
+
+
+def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """An RFC 7386 merge patch turning ``old`` into ``new`` (maps recurse, removals are null)."""
+    out: dict[str, Any] = {}
+    for k, v in new.items():
+        if k not in old:
+            out[k] = v
+        elif isinstance(v, Mapping) and isinstance(old[k], Mapping):
+            sub = merge_diff(old[k], v)
+            if sub:
+                out[k] = sub
+        elif old[k] != v:
+            out[k] = v
+    out |= {k: None for k in old if k not in new}
+    return out
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A merge patch from ``old`` to ``new`` over our keys only, or None when nothing changes.
+
+    Keys we no longer set become ``null``; nested maps (``applied.units``) are diffed key by key,
+    because a merge patch would otherwise keep a node the plan left. Keys we do not own
+    (another controller's) are left alone.
+    """
+    ours_old = {k: v for k, v in old.items() if k in OUR_KEYS}
+    ours_new = {k: v for k, v in new.items() if k in OUR_KEYS}
+    return merge_diff(ours_old, ours_new) or None

@@ -1,0 +1,113 @@
+"""Which cluster changes call for a re-plan, and a feed that debounces them.
+
+Notes
+-----
+Node events are many and mostly irrelevant (heartbeats, conditions, our own label writes). A node
+matters to planning only through its labels, allocatable, ``unschedulable`` and taints, so each
+node is reduced to a :func:`node_fingerprint` and only a changed fingerprint counts. Plan label
+keys are left out of the fingerprint: otherwise applying a plan's labels would trigger the next
+re-plan of every plan, forever.
+
+The :class:`ChangeFeed` is a version counter with the origin of each bump (``None`` for nodes, a
+plan's uid when that plan's placement changed). Each plan's daemon waits for a version it has not
+seen, then for the burst to settle (``debounce`` quiet seconds, at most ``max_delay``), and
+re-plans once; a burst caused only by the plan itself is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from planner.render import DOMAIN
+
+Fingerprint = tuple[Any, ...]
+
+
+def is_plan_label(key: str, plan_keys: Collection[str] = ()) -> bool:
+    """Plan keys look like ``gpuplan.ragnaros.io/<namespace>.<name>``; settings have no dot."""
+    if key in plan_keys:
+        return True
+    prefix = f"{DOMAIN}/"
+    return key.startswith(prefix) and "." in key[len(prefix) :]
+
+
+def node_fingerprint(node: Mapping[str, Any], plan_keys: Collection[str] = ()) -> Fingerprint:
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    labels = tuple(
+        sorted((k, v) for k, v in (meta.get("labels") or {}).items() if not is_plan_label(k, plan_keys))
+    )
+    allocatable = tuple(sorted((status.get("allocatable") or {}).items()))
+    taints = tuple(
+        sorted(
+            (t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in spec.get("taints") or []
+        )
+    )
+    return (labels, allocatable, bool(spec.get("unschedulable")), taints)
+
+
+class NodeTracker:
+    """Remembers each node's fingerprint; says whether an event changed anything that matters."""
+
+    def __init__(self) -> None:
+        self.fingerprints: dict[str, Fingerprint] = {}
+
+    def observe(
+        self, event_type: str | None, node: Mapping[str, Any], plan_keys: Collection[str] = ()
+    ) -> bool:
+        name = str((node.get("metadata") or {}).get("name"))
+        if event_type == "DELETED":
+            return self.fingerprints.pop(name, None) is not None
+        fp = node_fingerprint(node, plan_keys)
+        before = self.fingerprints.get(name)
+        self.fingerprints[name] = fp
+        # the initial listing (type None) only learns the cluster: resume handlers plan it anyway
+        return event_type is not None and before != fp
+
+
+class ChangeFeed:
+    """A version counter that plan daemons wait on. Bumped from the event loop's thread only."""
+
+    def __init__(self, history: int = 256) -> None:
+        self.version = 0
+        self._origins: deque[tuple[int, str | None]] = deque(maxlen=history)
+        self._changed = asyncio.Condition()
+        self._last_bump = time.monotonic()
+
+    async def bump(self, origin: str | None = None) -> None:
+        async with self._changed:
+            self.version += 1
+            self._origins.append((self.version, origin))
+            self._last_bump = time.monotonic()
+            self._changed.notify_all()
+
+    def origins_since(self, seen: int) -> set[str | None]:
+        """Who bumped after version ``seen``; ``None`` in the set also when history was lost."""
+        got = {o for v, o in self._origins if v > seen}
+        if self._origins and self._origins[0][0] > seen + 1:
+            got.add(None)
+        return got
+
+    async def wait_beyond(self, seen: int, timeout: float) -> bool:
+        """Wait until the version passes ``seen``; False on timeout."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: self.version > seen), timeout)
+            except TimeoutError:
+                return False
+            return True
+
+    async def settle(self, debounce: float, max_delay: float) -> int:
+        """Wait for a quiet spell of ``debounce`` seconds (at most ``max_delay``); the version then."""
+        deadline = time.monotonic() + max_delay
+        while True:
+            now = time.monotonic()
+            quiet_at = self._last_bump + debounce
+            if now >= quiet_at or now >= deadline:
+                return self.version
+            await asyncio.sleep(min(quiet_at, deadline) - now)

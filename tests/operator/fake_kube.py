@@ -1,0 +1,171 @@
+"""An in-memory API server good enough for the operator's service: GET, list, merge patch, apply, delete.
+
+It speaks the same paths as :class:`gpuplan_operator.kube.Kube` and records every write, so tests
+can assert "nothing was written" exactly. Server-side apply is modelled as "replace the object's
+fields with the manifest's" (one manager), which is what the operator relies on.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import unquote
+
+from gpuplan_operator.kube import APPLY_PATCH, MERGE_PATCH
+from kubernetes.client.exceptions import ApiException
+
+_rv = itertools.count(1)
+
+
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, Mapping) and isinstance(target.get(k), dict):
+            _merge(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+    return target
+
+
+def _selected(obj: Mapping[str, Any], selector: str | None) -> bool:
+    if not selector:
+        return True
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in selector.split(","):
+        if "=" in term:
+            k, v = term.split("=", 1)
+            if labels.get(k) != v:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+class FakeKube:
+    """Objects keyed by their collection path and name."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.writes: list[tuple[str, str]] = []
+        self.fail_on: str | None = None  # a path fragment whose writes answer 500
+
+    # -- seeding ----------------------------------------------------------------------------
+
+    def put(self, collection: str, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta.setdefault("generation", 1)
+        meta["resourceVersion"] = str(next(_rv))
+        self.objects[(collection, meta["name"])] = obj
+        return obj
+
+    def get_obj(self, collection: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((collection, name))
+
+    def items(self, collection: str) -> list[dict[str, Any]]:
+        return [o for (c, _), o in sorted(self.objects.items()) if c == collection]
+
+    # -- the Kube interface -----------------------------------------------------------------
+
+    def _split(self, path: str) -> tuple[str, str | None, str | None]:
+        sub = None
+        if path.endswith("/status"):
+            path, sub = path[: -len("/status")], "status"
+        parts = path.strip("/").split("/")
+        plurals = {"nodes", "pods", "configmaps", "deployments", "priorityclasses", "gpuallocationplans"}
+        idx = max(i for i, p in enumerate(parts) if p in plurals)
+        collection = "/".join(parts[: idx + 1])
+        name = unquote(parts[idx + 1]) if len(parts) > idx + 1 else None
+        return collection, name, sub
+
+    def _cluster_wide(self, collection: str) -> list[dict[str, Any]]:
+        plural = collection.rsplit("/", 1)[-1]
+        return [o for (c, _), o in sorted(self.objects.items()) if c.rsplit("/", 1)[-1] == plural]
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        collection, name, sub = self._split(path)
+        query = dict(query or {})
+        if method == "GET":
+            if name is None:
+                if "/namespaces/" in collection:
+                    items = [o for (c, _), o in sorted(self.objects.items()) if c == collection]
+                else:
+                    items = self._cluster_wide(collection)
+                items = [copy.deepcopy(o) for o in items if _selected(o, query.get("labelSelector"))]
+                for item in items:  # like the real server: list items carry no apiVersion/kind
+                    item.pop("apiVersion", None)
+                    item.pop("kind", None)
+                if query.get("fieldSelector"):
+                    items = [o for o in items if (o.get("spec") or {}).get("nodeName")]
+                return {"items": items}
+            obj = self.objects.get((collection, name))
+            if obj is None:
+                raise ApiException(status=404, reason="Not Found")
+            return copy.deepcopy(obj)
+        assert name is not None
+        if self.fail_on and self.fail_on in path:
+            raise ApiException(status=500, reason="Injected")
+        self.writes.append((method, path))
+        if method == "DELETE":
+            if self.objects.pop((collection, name), None) is None:
+                raise ApiException(status=404, reason="Not Found")
+            return {}
+        assert method == "PATCH"
+        current = self.objects.get((collection, name))
+        if content_type == APPLY_PATCH:
+            obj = copy.deepcopy(current) if current else {"metadata": {"uid": f"uid-{name}"}}
+            meta = obj["metadata"]
+            obj.update(copy.deepcopy({k: v for k, v in body.items() if k != "metadata"}))
+            meta.update(copy.deepcopy(body["metadata"]))
+            meta["resourceVersion"] = str(next(_rv))
+            if obj.get("globalDefault") is False:  # omitempty, as PriorityClasses read back
+                del obj["globalDefault"]
+            self.objects[(collection, name)] = obj
+            return copy.deepcopy(obj)
+        assert content_type == MERGE_PATCH
+        if current is None:
+            raise ApiException(status=404, reason="Not Found")
+        if sub == "status":
+            current["status"] = _merge(current.get("status") or {}, body.get("status") or {})
+        else:
+            _merge(current, body)
+        current["metadata"]["resourceVersion"] = str(next(_rv))
+        return copy.deepcopy(current)
+
+    def get(self, path: str, **query: Any) -> dict[str, Any]:
+        return self.request("GET", path, query=query)
+
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        try:
+            return self.get(path)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def merge_patch(self, path: str, body: Mapping[str, Any], field_manager: str) -> dict[str, Any]:
+        return self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
+
+    def apply(self, path: str, manifest: Mapping[str, Any], field_manager: str) -> dict[str, Any]:
+        return self.request("PATCH", path, body=manifest, content_type=APPLY_PATCH)
+
+    def delete(self, path: str, propagation: str = "Background") -> bool:
+        try:
+            self.request("DELETE", path)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True

@@ -1,0 +1,72 @@
+"""The CRD file agrees with the contract and with the code that fills it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from gpuplan_operator import GROUP, KIND, PLURAL, VERSION
+from gpuplan_operator import status as st
+
+from planner.catalog import BUILTIN_OPERATORS
+
+CRD = Path(__file__).resolve().parents[2] / "crds" / "gpuallocationplans.yaml"
+
+
+def crd() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(CRD.read_text())
+    return doc
+
+
+def version() -> dict[str, Any]:
+    (v,) = crd()["spec"]["versions"]
+    return dict(v)
+
+
+def test_names_scope_and_status_subresource() -> None:
+    spec = crd()["spec"]
+    assert crd()["metadata"]["name"] == f"{PLURAL}.{GROUP}"
+    assert spec["group"] == GROUP and spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == KIND and spec["names"]["plural"] == PLURAL
+    assert spec["names"]["shortNames"] == ["gpuplan", "gpuplans"]
+    assert version()["name"] == VERSION and version()["subresources"] == {"status": {}}
+
+
+def test_printer_columns() -> None:
+    cols = {c["name"]: c["jsonPath"] for c in version()["additionalPrinterColumns"]}
+    assert cols == {
+        "Phase": ".status.phase",
+        "Score": ".status.score",
+        "Cards": ".status.cards",
+        "Optimal": ".status.optimal",
+        "Age": ".metadata.creationTimestamp",
+    }
+
+
+def test_status_schema_holds_every_field_the_operator_writes() -> None:
+    props = version()["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert set(st.OUR_KEYS) <= set(props)
+    assert props["phase"]["enum"] == list(st.PHASES)
+
+
+def test_the_cel_catalog_list_is_the_builtin_catalog() -> None:
+    rule = version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["operators"]["items"][
+        "x-kubernetes-validations"
+    ][0]["rule"]
+    names = set(re.findall(r"'([a-z0-9_]+)'", rule))
+    assert names == {op.name for op in BUILTIN_OPERATORS}
+
+
+def test_every_schema_node_has_a_type_or_preserves_unknown_fields() -> None:
+    def walk(node: dict[str, Any], path: str) -> None:
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+        for name, child in (node.get("properties") or {}).items():
+            walk(child, f"{path}.{name}")
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}.*")
+        if "items" in node:
+            walk(node["items"], f"{path}[]")
+
+    walk(version()["schema"]["openAPIV3Schema"], "")

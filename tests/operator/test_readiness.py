@@ -1,0 +1,70 @@
+"""readiness.py: Ready means every owned pod is bound to its planned node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuplan_operator.readiness import readiness
+
+KEY = "gpuplan.ragnaros.io/ns.p"
+
+
+def containers(cards: int) -> list[dict[str, Any]]:
+    return [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": cards}}}]
+
+
+def deployment(name: str, replicas: int, node: str, cards: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"fw": name}},
+            "template": {"spec": {"nodeSelector": {KEY: node}, "containers": containers(cards)}},
+        },
+    }
+
+
+def pod(name: str, fw: str, node: str | None, deleting: bool = False, cards: int = 1) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"fw": fw}}
+    if deleting:
+        meta["deletionTimestamp"] = "now"
+    status = {
+        "conditions": [{"type": "PodScheduled", "status": "False", "message": "0/2 nodes are available"}]
+    }
+    spec: dict[str, Any] = {"nodeSelector": {KEY: "n1"}, "containers": containers(cards)}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": meta, "spec": spec, "status": {} if node else status}
+
+
+def test_all_bound_is_ready() -> None:
+    r = readiness([deployment("a", 2, "n1")], [pod("a1", "a", "n1"), pod("a2", "a", "n1")], KEY, True)
+    assert r.ready and r.reason == "AllScheduled" and r.message.startswith("2/2")
+
+
+def test_pending_pods_are_named_with_the_scheduler_message() -> None:
+    r = readiness([deployment("a", 2, "n1")], [pod("a1", "a", "n1"), pod("a2", "a", None)], KEY, True)
+    assert not r.ready and r.reason == "Pending"
+    assert "a2 (0/2 nodes are available)" in r.message
+
+
+def test_missing_pods_and_terminating_pods() -> None:
+    r = readiness([deployment("a", 2, "n1")], [pod("a1", "a", "n1", deleting=True)], KEY, True)
+    assert not r.ready and "2 pod(s) not created yet" in r.message
+
+
+def test_a_pod_on_another_node_is_misplaced() -> None:
+    r = readiness([deployment("a", 1, "n1")], [pod("a1", "a", "n2")], KEY, True)
+    assert not r.ready and r.reason == "Misplaced"
+
+
+def test_a_pod_of_the_old_size_does_not_count() -> None:
+    old = pod("a-old", "a", "n1", cards=8)
+    assert not readiness([deployment("a", 1, "n1", cards=6)], [old], KEY, True).ready
+    assert readiness(
+        [deployment("a", 1, "n1", cards=6)], [old, pod("a-new", "a", "n1", cards=6)], KEY, True
+    ).ready
+
+
+def test_without_deploy_there_is_nothing_to_schedule() -> None:
+    assert readiness([], [], KEY, False).ready

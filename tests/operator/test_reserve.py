@@ -1,0 +1,70 @@
+"""reserve.py: other plans' cards and foreign pods, each counted exactly once."""
+
+from __future__ import annotations
+
+from gpuplan_operator import reserve
+from gpuplan_operator.naming import label_key_of
+
+from planner.parse import snapshot
+from tests.operator.builders import node, plan, pod
+
+
+def with_applied(doc: dict, units: dict, pcs: list[str] | None = None) -> dict:  # type: ignore[type-arg]
+    doc["status"] = {"applied": {"units": units, "priorityClasses": pcs or []}}
+    return doc
+
+
+def test_applied_units_sum_instances_per_node_in_resource_names() -> None:
+    allocations = [
+        {"operator": "a", "resource": "P4", "unitsPerInstance": 2, "nodes": {"n1": 2, "n2": 1}},
+        {"operator": "b", "resource": "P4", "unitsPerInstance": 1, "nodes": {"n1": 1}},
+        {"operator": "c", "resource": "CPU", "unitsPerInstance": 4, "nodes": {"c1": 1}},
+    ]
+    got = reserve.applied_units(allocations, {"P4": "nvidia.com/gpu", "CPU": "cpu"})
+    assert got == {"c1": {"cpu": 4}, "n1": {"nvidia.com/gpu": 5}, "n2": {"nvidia.com/gpu": 2}}
+
+
+def test_reserved_by_others_skips_the_plan_itself_and_scales_cpu_to_millicores() -> None:
+    me = with_applied(plan("me"), {"n1": {"nvidia.com/gpu": 8}})
+    a = with_applied(plan("a"), {"n1": {"nvidia.com/gpu": 3}, "c1": {"cpu": 2}})
+    b = with_applied(plan("b"), {"n1": {"nvidia.com/gpu": 2}})
+    fresh = plan("c")  # never applied: reserves nothing
+    got = reserve.reserved_by_others([me, a, b, fresh], "uid-me")
+    assert got == {"n1": {"nvidia.com/gpu": 5}, "c1": {"cpu": 2000}}
+
+
+def test_pods_of_plans_are_not_counted_twice() -> None:
+    key = label_key_of("ns", "a")
+    keys = reserve.plan_keys([plan("a")])
+    assert keys == {key}
+    pods = {
+        "kind": "List",
+        "items": [
+            pod("foreign", "n1", 2),
+            pod("deployed", "n1", 4, labels={"app.kubernetes.io/managed-by": "gpuplan"}),
+            pod("ragnaros", "n1", 1, nodeSelector={key: "n1"}),
+            pod("unknown-plan", "n1", 1, nodeSelector={"gpuplan.ragnaros.io/gone.x": "n1"}),
+        ],
+    }
+    left = [p["metadata"]["name"] for p in reserve.foreign_pods(pods, keys)["items"]]
+    assert left == ["foreign", "unknown-plan"]
+
+
+def test_snapshot_subtracts_reserved_and_foreign_once() -> None:
+    other = with_applied(plan("other"), {"n1": {"nvidia.com/gpu": 3}})
+    pods = {
+        "kind": "List",
+        "items": [pod("x", "n1", 2), pod("o", "n1", 3, nodeSelector={label_key_of("ns", "other"): "n1"})],
+    }
+    snap = snapshot(
+        {"kind": "List", "items": [node("n1")]},
+        reserve.foreign_pods(pods, reserve.plan_keys([other])),
+        reserve.reserved_by_others([other], "uid-me"),
+    )
+    assert snap.nodes[0].free("nvidia.com/gpu") == 8 - 3 - 2
+
+
+def test_priority_classes_in_use_by_others() -> None:
+    a = with_applied(plan("a"), {}, ["ragnaros-cluster-critical-4"])
+    me = with_applied(plan("me"), {}, ["ragnaros-cluster-critical-8"])
+    assert reserve.priority_classes_in_use([a, me], "uid-me") == {"ragnaros-cluster-critical-4"}

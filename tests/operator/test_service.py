@@ -1,0 +1,248 @@
+"""service.py against an in-memory API server: what gets written, and what never does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from gpuplan_operator.service import Options, PlanService
+
+from tests.operator.builders import NODES, NOW, PLANS_NS, cluster, node, plan
+from tests.operator.fake_kube import FakeKube
+
+KEY = "gpuplan.ragnaros.io/ns.p"
+CMS = "api/v1/namespaces/ns/configmaps"
+DEPLOYS = "apis/apps/v1/namespaces/ns/deployments"
+PCS = "apis/scheduling.k8s.io/v1/priorityclasses"
+FACE4 = {"face_feature_extract": {"P4": 4}}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def __call__(self, plan: Any, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+def service(kube: FakeKube) -> tuple[PlanService, Recorder]:
+    rec = Recorder()
+    return PlanService(kube, Options(plan_seconds=5, polish_seconds=0.2), rec, clock=lambda: NOW), rec  # type: ignore[arg-type]
+
+
+def p4_cluster(n: int = 4) -> FakeKube:
+    return cluster(*[node(f"p4-{i}") for i in range(n)])
+
+
+def status(kube: FakeKube, name: str = "p") -> dict[str, Any]:
+    obj = kube.get_obj(PLANS_NS, name)
+    assert obj is not None
+    return dict(obj.get("status") or {})
+
+
+def labelled(kube: FakeKube, key: str = KEY) -> dict[str, str]:
+    return {
+        n["metadata"]["name"]: n["metadata"]["labels"][key]
+        for n in kube.items(NODES)
+        if key in n["metadata"]["labels"]
+    }
+
+
+def test_a_new_plan_is_applied_with_owned_outputs() -> None:
+    kube = p4_cluster()
+    kube.put(PLANS_NS, plan(requests=FACE4, deploy=True))
+    svc, rec = service(kube)
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Applied" and out.moved
+    s = status(kube)
+    assert s["phase"] == "Applied" and s["cards"] == "4/4"
+    assert labelled(kube) == {f"p4-{i}": f"p4-{i}" for i in range(4)}
+    assert s["applied"]["units"] == {f"p4-{i}": {"nvidia.com/gpu": 1} for i in range(4)}
+    assert [pc["metadata"]["name"] for pc in kube.items(PCS)] == ["ragnaros-cluster-critical-1"]
+    cm = kube.get_obj(CMS, "p-flamewakers")
+    assert cm is not None and cm["metadata"]["ownerReferences"][0]["uid"] == "uid-p"
+    deps = kube.items(DEPLOYS)
+    assert len(deps) == 4 and all(
+        d["metadata"]["ownerReferences"][0]["kind"] == "GpuAllocationPlan" for d in deps
+    )
+    assert ("Normal", "Planned") in {(t, r) for t, r, _ in rec.events}
+
+
+def test_a_rerun_on_an_unchanged_plan_writes_nothing() -> None:
+    kube = p4_cluster()
+    kube.put(PLANS_NS, plan(requests=FACE4, deploy=True))
+    svc, rec = service(kube)
+    svc.reconcile("ns", "p")
+    before, events = len(kube.writes), len(rec.events)
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Applied" and not out.moved
+    assert kube.writes[before:] == []
+    assert rec.events[events:] == []
+
+
+def test_an_invalid_spec_writes_only_status_and_only_once() -> None:
+    kube = p4_cluster()
+    kube.put(PLANS_NS, plan(requests={"no_such_operator": {"P4": 1}}))
+    svc, rec = service(kube)
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Invalid"
+    assert "requests.no_such_operator" in out.message
+    assert all(path.endswith("/status") for _, path in kube.writes)
+    assert status(kube)["phase"] == "Invalid"
+    assert rec.events[-1][:2] == ("Warning", "Invalid")
+    before = len(kube.writes)
+    svc.reconcile("ns", "p")
+    assert kube.writes[before:] == []
+
+
+def test_infeasible_leaves_the_previous_applied_state_alone() -> None:
+    kube = p4_cluster()
+    kube.put(PLANS_NS, plan(requests=FACE4, deploy=True))
+    svc, _ = service(kube)
+    svc.reconcile("ns", "p")
+    applied = status(kube)
+    cm_rv = kube.get_obj(CMS, "p-flamewakers")["metadata"]["resourceVersion"]  # type: ignore[index]
+    kube.get_obj(PLANS_NS, "p")["spec"]["requests"] = {"face_1vn": {"P4": 64}}  # type: ignore[index]
+    kube.get_obj(PLANS_NS, "p")["metadata"]["generation"] = 2  # type: ignore[index]
+    before = len(kube.writes)
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Infeasible"
+    assert all(path.endswith("/status") for _, path in kube.writes[before:])
+    s = status(kube)
+    assert s["allocations"] == applied["allocations"] and s["applied"] == applied["applied"]
+    assert "64 P4 cards" in s["message"] and s["observedGeneration"] == 2
+    assert labelled(kube) == {f"p4-{i}": f"p4-{i}" for i in range(4)}
+    assert kube.get_obj(CMS, "p-flamewakers")["metadata"]["resourceVersion"] == cm_rv  # type: ignore[index]
+
+
+def test_two_plans_never_book_the_same_card() -> None:
+    kube = p4_cluster(2)
+    kube.put(PLANS_NS, plan("a", requests={"face_1vn": {"P4": 8}}))
+    kube.put(PLANS_NS, plan("b", requests={"body_1vn": {"P4": 8}}))
+    kube.put(PLANS_NS, plan("c", requests={"vehicle_1vn": {"P4": 1}}))
+    svc, _ = service(kube)
+    for name in "abc":
+        svc.reconcile("ns", name)
+    a, b, c = (status(kube, n) for n in "abc")
+    assert a["phase"] == b["phase"] == "Applied"
+    assert set(a["applied"]["units"]) != set(b["applied"]["units"])
+    assert c["phase"] == "Infeasible"
+    svc.cleanup(kube.get_obj(PLANS_NS, "a"))  # type: ignore[arg-type]
+    kube.objects.pop((PLANS_NS, "a"))
+    assert svc.reconcile("ns", "c").phase == "Applied"  # type: ignore[union-attr]
+
+
+def test_a_cordoned_node_is_left_and_its_label_and_deployment_removed() -> None:
+    kube = p4_cluster()
+    kube.put(PLANS_NS, plan(requests=FACE4, deploy=True))
+    svc, _ = service(kube)
+    svc.reconcile("ns", "p")
+    kube.get_obj(NODES, "p4-3")["spec"]["unschedulable"] = True  # type: ignore[index]
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Applied" and out.moved
+    assert "p4-3" not in labelled(kube)
+    assert not any(d["metadata"]["name"].endswith("p4-3") for d in kube.items(DEPLOYS))
+    assert "p4-3" not in status(kube)["applied"]["units"]
+
+
+def test_deleting_removes_everything_but_classes_others_use() -> None:
+    kube = p4_cluster()
+    kube.put(PLANS_NS, plan("p", requests=FACE4, deploy=True))
+    kube.put(PLANS_NS, plan("q", requests={"face_1vn": {"P4": 4}}))
+    svc, _ = service(kube)
+    svc.reconcile("ns", "p")
+    svc.reconcile("ns", "q")
+    other_labels = labelled(kube, "gpuplan.ragnaros.io/ns.q")
+    p_pcs = set(status(kube, "p")["applied"]["priorityClasses"])
+    q_pcs = set(status(kube, "q")["applied"]["priorityClasses"])
+    changes = svc.cleanup(kube.get_obj(PLANS_NS, "p"))  # type: ignore[arg-type]
+    assert changes.unlabelled and changes.deployments_deleted and changes.configmap_deleted
+    assert labelled(kube) == {}
+    assert labelled(kube, "gpuplan.ragnaros.io/ns.q") == other_labels
+    assert kube.get_obj(CMS, "p-flamewakers") is None and kube.items(DEPLOYS) == []
+    assert {pc["metadata"]["name"] for pc in kube.items(PCS)} == q_pcs
+    assert p_pcs - q_pcs, "the test needs a class only p used"
+
+
+def test_detached_link_services_get_their_own_priority_classes() -> None:
+    kube = p4_cluster()
+    kube.put(
+        PLANS_NS, plan(requests={"face_image_flow": {"resourceNum": {"P4": 8}, "machineNum": {"P4": 2}}})
+    )
+    svc, _ = service(kube)
+    svc.reconcile("ns", "p")
+    names = {pc["metadata"]["name"] for pc in kube.items(PCS)}
+    assert {"ragnaros-cluster-critical-3", "ragnaros-cluster-critical-1"} <= names
+
+
+def test_dry_run_writes_only_status() -> None:
+    kube = p4_cluster()
+    kube.put(PLANS_NS, plan(requests=FACE4, deploy=True, dryRun=True))
+    svc, _ = service(kube)
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Planning"
+    assert all(path.endswith("/status") for _, path in kube.writes)
+    assert status(kube)["allocations"] and labelled(kube) == {}
+
+
+@pytest.mark.parametrize("fail_on", ["deployments", "nodes/p4-1"])
+def test_apply_errors_become_phase_error_and_the_next_run_converges(fail_on: str) -> None:
+    kube = p4_cluster()
+    kube.put(PLANS_NS, plan(requests=FACE4, deploy=True))
+    svc, rec = service(kube)
+    kube.fail_on = fail_on
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Error" and "500" in out.message
+    assert status(kube)["phase"] == "Error" and rec.events[-1][:2] == ("Warning", "ApplyFailed")
+    kube.fail_on = None
+    assert svc.reconcile("ns", "p").phase == "Applied"  # type: ignore[union-attr]
+    assert len(kube.items(DEPLOYS)) == 4 and len(labelled(kube)) == 4
+
+
+def test_a_deployment_owned_by_someone_else_is_not_taken_over() -> None:
+    kube = p4_cluster(1)
+    kube.put(PLANS_NS, plan(requests={"face_1vn": {"P4": 8}}, deploy=True))
+    theirs = {"uid": "x", "kind": "GpuAllocationPlan", "name": "x", "controller": True}
+    kube.put(DEPLOYS, {"metadata": {"name": "p-face-1vn-retrieval-p4-p4-0", "ownerReferences": [theirs]}})
+    svc, _ = service(kube)
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Error" and "belongs to GpuAllocationPlan/x" in out.message
+
+
+def test_readiness_is_refreshed_when_pods_get_scheduled() -> None:
+    kube = p4_cluster(1)
+    kube.put(PLANS_NS, plan(requests={"face_1vn": {"P4": 8}}, deploy=True))
+    svc, _ = service(kube)
+    out = svc.reconcile("ns", "p")
+    assert out is not None and not out.ready
+    dep = kube.items(DEPLOYS)[0]
+    template = dep["spec"]["template"]
+    pod = {
+        "metadata": {"name": "x", "labels": template["metadata"]["labels"]},
+        "spec": dict(template["spec"]),
+    }
+    pod["spec"]["nodeName"] = "p4-0"
+    kube.put("api/v1/namespaces/ns/pods", pod)
+    again = svc.refresh_readiness("ns", "p")
+    assert again is not None and again.ready
+    ready = {c["type"]: c for c in status(kube)["conditions"]}["Ready"]
+    assert ready["status"] == "True" and ready["message"].startswith("1/1")
+
+
+def test_a_failing_read_of_the_cluster_is_reported_as_error() -> None:
+    kube = p4_cluster()
+    kube.put(PLANS_NS, plan(requests=FACE4))
+    svc, _ = service(kube)
+    real = kube.request
+
+    def flaky(method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if method == "GET" and path.endswith("/api/v1/pods"):
+            from kubernetes.client.exceptions import ApiException
+
+            raise ApiException(status=503, reason="Unavailable")
+        return real(method, path, **kw)
+
+    kube.request = flaky  # type: ignore[method-assign]
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Error" and "503" in out.message
+    assert status(kube)["phase"] == "Error"

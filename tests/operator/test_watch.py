@@ -1,0 +1,57 @@
+"""watch.py: which node changes call for a re-plan, and the debounced feed."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+from gpuplan_operator.watch import ChangeFeed, NodeTracker, is_plan_label, node_fingerprint
+
+from tests.operator.builders import node
+
+
+def test_plan_labels_are_recognised_and_settings_are_not() -> None:
+    assert is_plan_label("gpuplan.ragnaros.io/ns.plan")
+    assert not is_plan_label("gpuplan.ragnaros.io/gpu-type")
+    assert not is_plan_label("kubernetes.io/hostname")
+
+
+def test_our_own_label_writes_do_not_change_the_fingerprint() -> None:
+    before = node("a")
+    after = copy.deepcopy(before)
+    after["metadata"]["labels"]["gpuplan.ragnaros.io/ns.plan"] = "a"
+    after["status"]["conditions"] = [{"type": "Ready", "lastHeartbeatTime": "now"}]
+    assert node_fingerprint(before) == node_fingerprint(after)
+
+
+def test_tracker_reports_what_matters() -> None:
+    t = NodeTracker()
+    a = node("a")
+    assert not t.observe(None, a), "the initial listing only learns"
+    assert not t.observe("MODIFIED", copy.deepcopy(a)), "a heartbeat is not a change"
+    cordoned = node("a", unschedulable=True)
+    assert t.observe("MODIFIED", cordoned)
+    bigger = node("a", cards=16, unschedulable=True)
+    assert t.observe("MODIFIED", bigger)
+    relabelled = copy.deepcopy(bigger)
+    relabelled["metadata"]["labels"]["gpuplan.ragnaros.io/gpu-type"] = "T4"
+    assert t.observe("MODIFIED", relabelled)
+    assert t.observe("ADDED", node("b"))
+    assert t.observe("DELETED", node("b"))
+    assert not t.observe("DELETED", node("never-seen"))
+
+
+def test_feed_wakes_waiters_and_settles_a_burst() -> None:
+    async def scenario() -> tuple[bool, bool, int, set[str | None]]:
+        feed = ChangeFeed()
+        timed_out = await feed.wait_beyond(0, timeout=0.01)
+        waiter = asyncio.create_task(feed.wait_beyond(0, timeout=5))
+        await feed.bump(None)
+        await feed.bump("ns/a")
+        woke = await waiter
+        version = await feed.settle(debounce=0.05, max_delay=1)
+        return timed_out, woke, version, feed.origins_since(0)
+
+    timed_out, woke, version, origins = asyncio.run(scenario())
+    assert timed_out is False and woke is True
+    assert version == 2 and origins == {None, "ns/a"}
