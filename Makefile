@@ -19,7 +19,7 @@ $(BIN)/python:
 install: $(BIN)/python ## create .venv and install gpuplan with its test and lint tools
 	$(BIN)/pip install -q -e '.[operator,loadtest,test,lint]'
 
-test: unit ## run every test (unit tests; e2e joins once the cluster harness lands)
+test: unit e2e ## run every test: unit, property, loadtest, chart, then e2e on the local cluster
 
 unit: ## unit and property tests (no cluster needed)
 	$(BIN)/pytest -q tests
@@ -29,8 +29,8 @@ e2e: ## end-to-end tests against a real local control plane (starts it if needed
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e
 
 lint: ## ruff, mypy --strict, and the layer contract (planner imports no kopf/kubernetes)
-	$(BIN)/ruff check planner operator loadtest tests bench
-	$(BIN)/ruff format --check planner operator loadtest tests bench
+	$(BIN)/ruff check planner operator loadtest tests bench e2e
+	$(BIN)/ruff format --check planner operator loadtest tests bench e2e
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
