@@ -40,11 +40,12 @@ bench: ## planner vs the seed's brute force, and the large 3×120-node case
 cluster-up: ## start the local kube-apiserver/scheduler/controller-manager + kwok nodes
 	bash hack/cluster-up.sh
 
-cluster-down: ## stop the local cluster
+cluster-down: ## stop the demo operator (if running) and the local cluster
+	-@[ -f .cluster/operator.pid ] && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid
 	bash hack/cluster-down.sh
 
-demo: install ## set everything up and plan the sample cluster
-	$(BIN)/gpuplan plan examples/image-fence.yaml --nodes examples/nodes.yaml
+demo: install ## local cluster + CRD + operator + the sample plan; shows where every pod landed
+	bash hack/demo.sh
 
 clean: ## remove build and cache files
 	rm -rf build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

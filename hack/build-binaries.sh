@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Build (once) and cache the upstream binaries of the local control plane:
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  (k8s.io/kubernetes, hack/k8s/)
+#   etcd                                                              (go.etcd.io/etcd/server/v3, hack/etcd/)
+#   kwok, kwokctl                                                     (sigs.k8s.io/kwok)
+#
+# Binaries land in ${GPUPLAN_CACHE:-$HOME/.cache/gpuplan}/k8s-<version>/bin/ and are reused when
+# present with the right version stamp, so a second run takes a moment. A cold build on 2 cores
+# takes a while (see the report printed at the end); Go's module and build caches are reused too.
+#
+# Usage: bash hack/build-binaries.sh [--force] [--print-bin-dir]
+#   --force          rebuild everything even if cached
+#   --print-bin-dir  print the bin directory and exit (nothing is built)
+set -euo pipefail
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.sh
+source "${HACK_DIR}/versions.sh"
+
+FORCE=0
+for arg in "$@"; do
+  case "${arg}" in
+    --force) FORCE=1 ;;
+    --print-bin-dir) echo "${GPUPLAN_BIN_DIR}"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "build-binaries: unknown argument: ${arg}" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+command -v go >/dev/null 2>&1 || die "go is not on PATH (Go >= 1.25 is needed)"
+
+BIN_DIR="${GPUPLAN_BIN_DIR}"
+mkdir -p "${BIN_DIR}"
+
+# One build at a time per cache directory (e.g. two clones running cluster-up at once).
+exec 9>"${BIN_DIR}/.lock"
+if ! flock -n 9; then
+  log "another build holds ${BIN_DIR}/.lock; waiting for it"
+  flock 9
+fi
+
+# Leftovers of an interrupted build (we hold the lock, so nobody else is building).
+rm -rf "${BIN_DIR}"/.build-*
+
+export CGO_ENABLED=0
+# The wrapper modules commit go.mod and go.sum: never let a build edit them.
+export GOFLAGS="-mod=readonly"
+GO_VERSION="$(go env GOVERSION)"
+
+K8S_MINOR="${K8S_VERSION#v}"; K8S_MINOR="${K8S_MINOR#*.}"; K8S_MINOR="${K8S_MINOR%%.*}"
+K8S_MAJOR="${K8S_VERSION#v}"; K8S_MAJOR="${K8S_MAJOR%%.*}"
+BUILD_DATE="1970-01-01T00:00:00Z"  # fixed: keeps the binaries reproducible
+
+k8s_ldflags() {
+  local flags="-s -w" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X ${pkg}.gitVersion=${K8S_VERSION}"
+    flags+=" -X ${pkg}.gitMajor=${K8S_MAJOR}"
+    flags+=" -X ${pkg}.gitMinor=${K8S_MINOR}"
+    flags+=" -X ${pkg}.gitTreeState=clean"
+    flags+=" -X ${pkg}.buildDate=${BUILD_DATE}"
+  done
+  printf '%s' "${flags}"
+}
+
+KWOK_LDFLAGS="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION}"
+ETCD_LDFLAGS="-s -w"
+
+# stamp <name> <version>: what the cached binary was built from; a change triggers a rebuild.
+stamp_of() { printf '%s go=%s\n' "$2" "${GO_VERSION}"; }
+
+is_cached() {
+  local name="$1" version="$2"
+  [[ "${FORCE}" == 0 && -x "${BIN_DIR}/${name}" && -f "${BIN_DIR}/.${name}.stamp" ]] &&
+    [[ "$(cat "${BIN_DIR}/.${name}.stamp")" == "$(stamp_of "${name}" "${version}")" ]]
+}
+
+TOTAL_START=${SECONDS}
+BUILT=()
+REPORT=()
+
+# build <name> <version> <module dir or "-"> <package[@version]> <ldflags>
+build() {
+  local name="$1" version="$2" moddir="$3" pkg="$4" ldflags="$5"
+  if is_cached "${name}" "${version}"; then
+    REPORT+=("${name} ${version}: cached")
+    return 0
+  fi
+  local start=${SECONDS} tmp
+  tmp="$(mktemp -d "${BIN_DIR}/.build-${name}.XXXXXX")"
+  log "building ${name} ${version} (${pkg}) ..."
+  if [[ "${moddir}" == "-" ]]; then
+    # A plain module without replace directives: `go install pkg@version` uses its own go.sum.
+    GOBIN="${tmp}" GOFLAGS="" go install -trimpath -ldflags "${ldflags}" "${pkg}" ||
+      { rm -rf "${tmp}"; die "building ${name} failed"; }
+    local built
+    built="${tmp}/$(basename "${pkg%@*}")"
+    [[ "${built}" == "${tmp}/${name}" ]] || mv "${built}" "${tmp}/${name}"
+  else
+    go build -C "${moddir}" -trimpath -ldflags "${ldflags}" -o "${tmp}/${name}" "${pkg}" ||
+      { rm -rf "${tmp}"; die "building ${name} failed"; }
+  fi
+  mv -f "${tmp}/${name}" "${BIN_DIR}/${name}"
+  rm -rf "${tmp}"
+  stamp_of "${name}" "${version}" >"${BIN_DIR}/.${name}.stamp"
+  local took=$((SECONDS - start))
+  log "built ${name} in ${took}s (total so far $((SECONDS - TOTAL_START))s)"
+  BUILT+=("${name}")
+  REPORT+=("${name} ${version}: built in ${took}s")
+}
+
+# Fetch modules first so that network time and compile time show up separately.
+# download <module dir> <label> <package>...
+download() {
+  local moddir="$1" what="$2"
+  shift 2
+  local start=${SECONDS}
+  log "downloading Go modules for ${what} (GOMODCACHE=$(go env GOMODCACHE)) ..."
+  go list -C "${moddir}" -deps "$@" >/dev/null || die "downloading modules for ${what} failed"
+  log "modules for ${what} ready in $((SECONDS - start))s"
+}
+
+need_k8s=0
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  is_cached "${b}" "${K8S_VERSION}" || need_k8s=1
+done
+need_etcd=0
+is_cached etcd "${ETCD_VERSION}" || need_etcd=1
+
+if [[ "${need_etcd}" == 1 ]]; then
+  download "${HACK_DIR}/etcd" "etcd ${ETCD_VERSION}" go.etcd.io/etcd/server/v3
+fi
+if [[ "${need_k8s}" == 1 ]]; then
+  download "${HACK_DIR}/k8s" "kubernetes ${K8S_VERSION}" k8s.io/kubernetes/cmd/kube-apiserver \
+    k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+fi
+
+build etcd "${ETCD_VERSION}" "${HACK_DIR}/etcd" go.etcd.io/etcd/server/v3 "${ETCD_LDFLAGS}"
+build kwok "${KWOK_VERSION}" - "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" "${KWOK_LDFLAGS}"
+build kwokctl "${KWOK_VERSION}" - "sigs.k8s.io/kwok/cmd/kwokctl@${KWOK_VERSION}" "${KWOK_LDFLAGS}"
+K8S_LDFLAGS="$(k8s_ldflags)"
+build kubectl "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kubectl "${K8S_LDFLAGS}"
+build kube-scheduler "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kube-scheduler "${K8S_LDFLAGS}"
+build kube-controller-manager "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kube-controller-manager "${K8S_LDFLAGS}"
+build kube-apiserver "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kube-apiserver "${K8S_LDFLAGS}"
+
+if [[ ${#BUILT[@]} -gt 0 ]]; then
+  log "summary:"
+  for line in "${REPORT[@]}"; do log "  ${line}"; done
+  log "total $((SECONDS - TOTAL_START))s; cache: $(du -sh "${BIN_DIR}" | cut -f1) in ${BIN_DIR}"
+else
+  log "all binaries cached in ${BIN_DIR}"
+fi
+echo "${BIN_DIR}"

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make demo`: the local cluster, the CRD, the operator (in the background), the sample plan;
+# then show what the operator made of it. Idempotent: run it again to re-apply and re-show.
+#
+# Stop with `make cluster-down` (it stops the demo operator too).
+set -euo pipefail
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=common.sh
+source "${HACK_DIR}/common.sh"
+
+PY="${REPO_ROOT}/.venv/bin/python"
+[[ -x "${PY}" ]] || die "no .venv: run make install first"
+PLAN="${GPUPLAN_DEMO_PLAN:-${REPO_ROOT}/examples/image-fence.yaml}"
+OP_PID="${CLUSTER_DIR}/operator.pid"
+OP_LOG="${CLUSTER_DIR}/operator.log"
+
+bash "${HACK_DIR}/cluster-up.sh"
+use_bin_dir "$(bash "${HACK_DIR}/build-binaries.sh")"
+export KUBECONFIG="${KUBECONFIG_OUT}"
+
+log "installing the CRD"
+kubectl apply --server-side -f "${REPO_ROOT}/crds/gpuallocationplans.yaml" >/dev/null
+kubectl wait --for condition=established --timeout=60s crd/gpuallocationplans.gpuplan.ragnaros.io >/dev/null
+
+pid="$(cat "${OP_PID}" 2>/dev/null || true)"
+if [[ -n "${pid}" ]] && kill -0 "${pid}" 2>/dev/null; then
+  log "operator already running (pid ${pid}, log ${OP_LOG})"
+else
+  log "starting the operator (log ${OP_LOG})"
+  nohup "${PY}" -m gpuplan_operator --liveness http://127.0.0.1:18080/healthz >>"${OP_LOG}" 2>&1 &
+  echo $! >"${OP_PID}"
+fi
+
+ns="$("${PY}" -c 'import sys,yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"].get("namespace","default"))' "${PLAN}")"
+name="$("${PY}" -c 'import sys,yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "${PLAN}")"
+kubectl create namespace "${ns}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+log "applying ${PLAN#"${REPO_ROOT}"/}"
+kubectl apply -f "${PLAN}"
+
+ready() {
+  [[ "$(kubectl get gpuplan "${name}" -n "${ns}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
+}
+phase() { kubectl get gpuplan "${name}" -n "${ns}" -o jsonpath='{.status.phase}' 2>/dev/null; }
+if ! poll 180 "plan ${ns}/${name} to be Ready (every pod scheduled where planned)" ready; then
+  log "phase is '$(phase)'; last operator log lines:"
+  tail -n 20 "${OP_LOG}" >&2
+  exit 1
+fi
+
+echo
+echo "\$ kubectl get gpuplans -A"
+kubectl get gpuplans -A
+echo
+echo "\$ kubectl get pods -n ${ns} -o wide   (each pod on the node the plan chose)"
+kubectl get pods -n "${ns}" -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,GPUS:.spec.containers[0].resources.limits.nvidia\.com/gpu,PRIORITY:.spec.priorityClassName,STATUS:.status.phase'
+echo
+echo "\$ kubectl get gpuplan ${name} -n ${ns} -o jsonpath='{.status.message}'"
+kubectl get gpuplan "${name}" -n "${ns}" -o jsonpath='{.status.message}'
+echo
+echo
+echo "KUBECONFIG=${KUBECONFIG}   (try: kubectl describe gpuplan ${name} -n ${ns})"
+echo "Stop everything with: make cluster-down"
