@@ -113,9 +113,7 @@ class HttpPost:
         path: str = "",
     ) -> None:
         data = Path(body_file).read_bytes() if body_file else body.encode()
-        self._request = Request(
-            method="POST", path=path, headers={"content-type": content_type}, body=data
-        )
+        self._request = Request(method="POST", path=path, headers={"content-type": content_type}, body=data)
 
     def build(self, i: int) -> Request:
         return self._request

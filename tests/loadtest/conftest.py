@@ -13,7 +13,9 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import httpx
 import pytest
 
 LISTENING = re.compile(r"listening on (?P<url>\S+) pid (?P<pid>\d+) .* expected capacity (?P<cap>[\d.]+)/s")
@@ -25,6 +27,12 @@ class RunningServer:
     pid: int
     expected_capacity: float
     args: tuple[str, ...]
+
+    def stats(self) -> dict[str, Any]:
+        """The server's own ``/stats`` (counters and the capacity it measured itself)."""
+        with httpx.Client(timeout=5.0) as client:
+            data: dict[str, Any] = client.get(httpx.URL(self.url).join("/stats")).json()
+        return data
 
 
 @contextlib.contextmanager

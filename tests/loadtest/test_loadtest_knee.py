@@ -1,17 +1,23 @@
-"""End to end: the capacity search finds the sample service's knee, and classify tells the modes apart.
+"""End to end: the search finds the sample service's knee, and classify tells the modes apart.
 
-The expected knees come from the server's configuration alone, never from a measurement:
+Two references for "the knee", both from the server, never from the load tester:
 
-* cpu mode, 50 ms per request: ``instances / 0.050`` -> 20/s with one instance, 40/s with two;
-* io mode, 4 concurrent backend slots of 100 ms: ``4 / 0.100`` -> 40/s with one or two instances.
+* **configured** - from the server's parameters alone: cpu mode with 50 ms per request serves
+  ``instances / 0.050`` (20/s with one instance, 40/s with two); io mode with 4 backend slots of
+  100 ms serves ``4 / 0.100`` = 40/s with one or two instances;
+* **self-measured** - what the server served per second while requests queued for it, on its
+  own clock (``/stats`` ``measured_capacity_qps``), during this very search.
 
-Why this stays honest on a busy 2-core machine: the knees are low (tens of requests per second,
-about 0.1 core of sender), and the cpu mode's requests take their configured *wall* time (spin,
-then sleep the last 20%), so a compiler hogging both cores makes the server's CPU numbers drop but
-leaves its capacity where the configuration puts it. What can still move is the search's
-resolution (10%) and the held rule's tolerance (5% growth), which together are the 10% asserted.
+On an idle machine the two agree, and on a busy one they should still: a cpu-mode request holds
+its instance for its configured *wall* time (spin half, keep the rest as slack, release on the
+front's timer), so CPU taken by other work shows in the server's CPU numbers, not its capacity.
+The search is held to 10% of the self-measured knee (its real job: find the knee the server has
+right now), and the self-measured knee to 10% of the configured one - which fails, with a message
+saying so, only if the machine is too busy for the server to be what it is configured to be.
+The knees are low (tens of requests per second, about 0.1 core of sender). The search's
+resolution is 10% and the held rule tolerates 5% growth of the backlog.
 
-Each search is bounded (max 10 steps, 45 s); four searches take about 45 s together.
+Each search is bounded (max 10 steps, 45 s); four searches take about 35-40 s together.
 """
 
 from __future__ import annotations
@@ -53,9 +59,7 @@ def measure(sample_server: Any) -> Measure:
                 session = Session(
                     url=srv.url,
                     task_name="sample-work",
-                    run_config=RunConfig(
-                        concurrency=16, timeout=5.0, warmup=0.4, window=2.0 if fine else 1.5
-                    ),
+                    run_config=RunConfig(concurrency=16, timeout=5.0, warmup=0.3, window=1.5),
                     search_config=SearchConfig(
                         start=12, resolution=0.1 if fine else 0.25, max_steps=10, max_time=45
                     ),
@@ -64,6 +68,7 @@ def measure(sample_server: Any) -> Measure:
                 )
                 result = asyncio.run(run_load_test(session, SampleWork()))
                 result["expected_capacity"] = srv.expected_capacity
+                result["self_measured_capacity"] = srv.stats()["measured_capacity_qps"]
             cache[key] = result
         return cache[key]
 
@@ -73,10 +78,14 @@ def measure(sample_server: Any) -> Measure:
 def _describe(result: dict[str, Any]) -> str:
     rows = [
         f"{s['rate']:g}/s -> {s['throughput']:.1f}/s {'held' if s['held'] else 'failed'} "
-        f"(out {s['outstanding_slope']:+.1f}/s, cpu {s['server_cpu_cores']})"
+        f"(out {s['outstanding_slope']:+.1f}/s, cpu {s['server_cpu_cores']}, "
+        f"loop lag p99 {s['loop_lag_p99_ms']:.0f} ms, p99 {s['latency_ms']['p99']:.0f} ms)"
         for s in result["steps"]
     ]
-    return f"capacity {result['capacity_qps']} expected {result['expected_capacity']}: " + "; ".join(rows)
+    return (
+        f"capacity {result['capacity_qps']}, configured {result['expected_capacity']}, "
+        f"self-measured {result['self_measured_capacity']}: " + "; ".join(rows)
+    )
 
 
 @pytest.mark.timeout(60)
@@ -93,7 +102,12 @@ def test_search_finds_the_knee_within_ten_percent(measure: Measure, mode: str) -
     assert expected == pytest.approx(40.0)
     cap = result["capacity_qps"]
     assert cap is not None, _describe(result)
-    assert abs(cap - expected) / expected <= 0.10, _describe(result)
+    served = result["self_measured_capacity"]
+    assert served is not None, "the server was never saturated: " + _describe(result)
+    assert abs(cap - served) / served <= 0.10, _describe(result)
+    assert abs(served - expected) / expected <= 0.10, (
+        "the machine is too busy for the sample server to serve its configured rate: " + _describe(result)
+    )
     # The knee was bracketed: a higher rate was run and failed.
     assert result["failed_qps"] is not None and result["failed_qps"] > cap, _describe(result)
     assert result["stopped"] == "converged", _describe(result)

@@ -1,0 +1,151 @@
+"""classify: scaling with instances (and CPU at the knee) -> keyStrategy, with evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadtest.classify import ClassifyError, Measurement, classify, parse_measurement, render_text
+
+pytestmark = pytest.mark.timeout(10)
+
+
+@pytest.mark.parametrize(
+    ("points", "strategy", "bound", "confidence"),
+    [
+        pytest.param(
+            [(1, 20, 0.9), (2, 40, 1.8)],
+            "service",
+            "compute",
+            "high",
+            id="doubles with two instances and the CPU is busy: spread",
+        ),
+        pytest.param(
+            [(1, 40, 0.05), (2, 40, 0.06)],
+            "machine",
+            "io",
+            "high",
+            id="flat with two instances and the CPU idles: concentrate",
+        ),
+        pytest.param(
+            [(1, 20, None), (4, 76, None)],
+            "service",
+            "compute",
+            "medium",
+            id="scales without CPU numbers: medium confidence",
+        ),
+        pytest.param(
+            [(1, 100, 0.9), (2, 150, 1.8)],
+            "service",
+            "compute",
+            "low",
+            id="half the ideal gain but busy CPU: compute, low confidence",
+        ),
+        pytest.param(
+            [(1, 100, 0.1), (2, 150, 0.2)],
+            "machine",
+            "io",
+            "low",
+            id="half the ideal gain and idle CPU: io, low confidence",
+        ),
+        pytest.param(
+            [(1, 40, 0.9), (2, 41, 1.9)],
+            "machine",
+            "io",
+            "low",
+            id="flat but busy CPU: still machine, flagged",
+        ),
+        pytest.param(
+            [(2, 40, 1.8), (4, 80, 3.6), (1, 19, 0.9)],
+            "service",
+            "compute",
+            "high",
+            id="order does not matter; the smallest count is the baseline",
+        ),
+    ],
+)
+def test_classify(
+    points: list[tuple[int, float, float | None]], strategy: str, bound: str, confidence: str
+) -> None:
+    c = classify([Measurement(n, q, cpu) for n, q, cpu in points])
+    assert (c.key_strategy, c.bound, c.confidence) == (strategy, bound, confidence), c.reasons
+    d = c.to_dict()
+    assert d["keyStrategy"] == strategy
+    assert d["evidence"]["points"][0]["instances"] == min(n for n, _, _ in points)
+    assert "scaling efficiency" in d["reasons"][0]
+    assert "keyStrategy: " + strategy in render_text(c)
+
+
+def test_the_best_measurement_per_instance_count_is_used() -> None:
+    c = classify([Measurement(1, 20), Measurement(1, 18), Measurement(2, 40)])
+    assert c.evidence["points"][0]["capacity_qps"] == 20
+    assert c.evidence["efficiency"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("points", "message"),
+    [
+        pytest.param([Measurement(1, 20)], "two or more instance counts", id="one count only"),
+        pytest.param([Measurement(1, 20), Measurement(1, 30)], "two or more", id="same count"),
+        pytest.param([Measurement(0, 20), Measurement(2, 30)], "at least 1", id="zero instances"),
+        pytest.param([Measurement(1, 0), Measurement(2, 30)], "positive", id="zero capacity"),
+    ],
+)
+def test_classify_refuses_what_it_cannot_judge(points: list[Measurement], message: str) -> None:
+    with pytest.raises(ClassifyError, match=message):
+        classify(points)
+
+
+def _result(tmp_path: Path, name: str, **fields: object) -> Path:
+    doc = {
+        "kind": "gpuplan.loadtest/v1",
+        "capacity_qps": 38.8,
+        "instances": 2,
+        "knee": {"server_cpu_cores": 1.5},
+    }
+    doc.update(fields)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_parse_measurement_from_files_and_numbers(tmp_path: Path) -> None:
+    f = _result(tmp_path, "r.json")
+    assert parse_measurement(str(f)) == Measurement(2, 38.8, 1.5, str(f))
+    assert parse_measurement(f"4={f}").instances == 4
+    assert parse_measurement("3=120:2.5") == Measurement(3, 120.0, 2.5, "3=120:2.5")
+    assert parse_measurement("1=20") == Measurement(1, 20.0, None, "1=20")
+
+
+@pytest.mark.parametrize(
+    ("fields", "arg", "message"),
+    [
+        pytest.param(
+            {"instances": None},
+            "{f}",
+            "does not say how many instances",
+            id="a run without --instances needs N=FILE",
+        ),
+        pytest.param({"capacity_qps": None}, "{f}", "no rate was held", id="nothing held"),
+        pytest.param({}, "x={f}", "instance count", id="N must be a number"),
+        pytest.param({}, "2=40:lots", "CPU cores", id="cpu must be a number"),
+        pytest.param({}, "{tmp}/missing.json", "no such file", id="missing file"),
+    ],
+)
+def test_parse_measurement_errors(tmp_path: Path, fields: dict[str, object], arg: str, message: str) -> None:
+    f = _result(tmp_path, "r.json", **fields)
+    with pytest.raises(ClassifyError, match=message):
+        parse_measurement(arg.format(f=f, tmp=tmp_path))
+
+
+def test_parse_measurement_rejects_other_json(tmp_path: Path) -> None:
+    other = tmp_path / "plan.json"
+    other.write_text('{"allocations": []}')
+    with pytest.raises(ClassifyError, match="not a loadtest JSON result"):
+        parse_measurement(str(other))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(ClassifyError, match="not a loadtest JSON result"):
+        parse_measurement(str(broken))

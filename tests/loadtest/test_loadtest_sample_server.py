@@ -1,0 +1,149 @@
+"""The sample service: configuration, its self-measured capacity, HTTP behaviour, and the probe."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from loadtest.probe import ProcessProbe, is_local_host, pids_listening_on
+from loadtest.sample_server import ServerConfig, Slots, burn
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "capacity"),
+    [
+        pytest.param({"mode": "cpu", "instances": 2, "service_ms": 50}, 40.0, id="cpu 2x50ms"),
+        pytest.param({"mode": "cpu", "instances": 1, "service_ms": 20}, 50.0, id="cpu 1x20ms"),
+        pytest.param(
+            {"mode": "io", "instances": 1, "concurrency": 4, "latency_ms": 100},
+            40.0,
+            id="io 4 slots of 100ms",
+        ),
+        pytest.param(
+            {"mode": "io", "instances": 8, "concurrency": 4, "latency_ms": 100},
+            40.0,
+            id="io ignores instances",
+        ),
+        pytest.param(
+            {"mode": "io", "instances": 1, "concurrency": 100, "latency_ms": 10, "io_cpu_ms": 1},
+            1000.0,
+            id="io bound by its CPU part",
+        ),
+    ],
+)
+def test_expected_capacity(kwargs: dict[str, Any], capacity: float) -> None:
+    assert ServerConfig(**kwargs).expected_capacity() == pytest.approx(capacity)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param({"host": "0.0.0.0"}, id="refuses to listen beyond loopback"),
+        pytest.param({"host": "example.com"}, id="refuses a name"),
+        pytest.param({"mode": "gpu"}, id="unknown mode"),
+        pytest.param({"instances": 0}, id="no instances"),
+        pytest.param({"service_ms": 0}, id="free work"),
+        pytest.param({"tail": 1.0}, id="no spin at all"),
+        pytest.param({"max_seconds": 0}, id="no lifetime"),
+    ],
+)
+def test_invalid_configuration(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        ServerConfig(**kwargs)
+
+
+def test_slots_measure_their_own_saturated_rate() -> None:
+    async def run() -> tuple[float | None, float | None]:
+        slots = Slots(2)
+
+        async def hold() -> None:
+            async with slots:
+                await asyncio.sleep(0.02)
+
+        await asyncio.gather(*[hold() for _ in range(4)])  # too short a queue to count
+        early = slots.measured_capacity(min_seconds=0.0)
+        await asyncio.gather(*[hold() for _ in range(60)])  # 0.6 s saturated at 100/s
+        return early, slots.measured_capacity(min_seconds=0.3)
+
+    early, measured = asyncio.run(run())
+    assert early is None
+    assert measured is not None and measured == pytest.approx(100, rel=0.15)
+
+
+def test_burn_spins_the_cpu() -> None:
+    used = burn(0.05, "wall")
+    assert 0.0 < used <= 0.06
+    assert burn(0.02, "cpu") >= 0.02
+
+
+def test_endpoints_and_keep_alive(sample_server: Any) -> None:
+    with sample_server("--mode", "io", "--latency-ms", "5", "--concurrency", "2") as srv:
+        base = httpx.URL(srv.url)
+        with httpx.Client(timeout=5.0) as client:
+            first = client.post(srv.url, json={"i": 1})
+            second = client.get(srv.url)
+            assert first.status_code == second.status_code == 200
+            assert first.json()["ok"] is True
+            assert first.headers["connection"] == "keep-alive"
+            assert client.get(base.join("/healthz")).text == "ok"
+            assert client.get(base.join("/missing")).status_code == 404
+            closing = client.get(srv.url, headers={"connection": "close"})
+            assert closing.headers["connection"] == "close"
+            stats = client.get(base.join("/stats")).json()
+        assert stats["served"] == 3
+        assert stats["expected_capacity_qps"] == pytest.approx(400)
+        assert stats["pid"] == srv.pid and len(stats["instance_pids"]) == 1
+
+
+def test_probe_follows_the_process_tree(sample_server: Any) -> None:
+    with sample_server("--mode", "cpu", "--instances", "2", "--service-ms", "100") as srv:
+        port = httpx.URL(srv.url).port
+        assert port is not None
+        assert pids_listening_on(port) == [srv.pid]
+        probe = ProcessProbe([srv.pid])
+        before = probe.read()
+        assert before.processes >= 3  # the front and its two instances
+        with httpx.Client(timeout=5.0) as client:
+            for _ in range(3):
+                client.get(srv.url)
+        after = probe.read()
+        # three requests of 100 ms, 70% of it spinning
+        assert after.cpu_seconds - before.cpu_seconds >= 0.1
+        assert after.rss_bytes > 10 * 2**20
+
+
+def test_probe_counts_children_that_come_and_go() -> None:
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 0.3: pass"
+    child = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        probe = ProcessProbe([os.getpid()])
+        first = probe.read().cpu_seconds
+        child.wait(timeout=10)
+        time.sleep(0.05)
+        assert probe.read().cpu_seconds >= first  # never goes backwards
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+
+
+def test_local_hosts() -> None:
+    assert is_local_host("localhost") and is_local_host("127.0.0.1") and is_local_host("::1")
+    assert not is_local_host("no-such-host.invalid")
+
+
+def test_a_port_nobody_listens_on() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert pids_listening_on(port) == []
