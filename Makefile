@@ -7,7 +7,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test unit e2e lint bench cluster-up cluster-down demo clean
+.PHONY: help install test unit e2e lint bench helm cluster-up cluster-down demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -28,14 +28,18 @@ e2e: ## end-to-end tests against a real local control plane (starts it if needed
 	bash hack/cluster-up.sh
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e
 
-lint: ## ruff, mypy --strict, and the layer contract (planner imports no kopf/kubernetes)
+lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift
 	$(BIN)/ruff check planner operator loadtest tests bench e2e
 	$(BIN)/ruff format --check planner operator loadtest tests bench e2e
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	bash hack/check-crd-drift.sh
 
 bench: ## planner vs the seed's brute force, and the large 3×120-node case
 	$(BIN)/python bench/run.py
+
+helm: ## build (once) and print the helm binary used by the chart tests
+	@bash hack/install-helm.sh
 
 cluster-up: ## start the local kube-apiserver/scheduler/controller-manager + kwok nodes
 	bash hack/cluster-up.sh
