@@ -24,8 +24,9 @@ test: unit e2e ## run every test: unit, property, loadtest, chart, then e2e on t
 unit: ## unit and property tests (no cluster needed)
 	$(BIN)/pytest -q tests
 
-e2e: ## end-to-end tests against a real local control plane (starts it if needed)
+e2e: ## end-to-end tests against a real local control plane (starts it; clears the demo first)
 	bash hack/cluster-up.sh
+	bash hack/demo.sh --clean
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e
 
 lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift

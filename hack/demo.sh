@@ -2,7 +2,9 @@
 # `make demo`: the local cluster, the CRD, the operator (in the background), the sample plan;
 # then show what the operator made of it. Idempotent: run it again to re-apply and re-show.
 #
-# Stop with `make cluster-down` (it stops the demo operator too).
+# Stop with `make cluster-down` (it stops the demo operator too). `demo.sh --clean` stops the demo
+# operator and removes the demo's plan and legacy pods but keeps the cluster: `make e2e` runs it
+# first, so the suite starts from empty nodes and no second operator competes with its own.
 set -euo pipefail
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,6 +16,32 @@ PY="${REPO_ROOT}/.venv/bin/python"
 PLAN="${GPUPLAN_DEMO_PLAN:-${REPO_ROOT}/examples/image-fence.yaml}"
 OP_PID="${CLUSTER_DIR}/operator.pid"
 OP_LOG="${CLUSTER_DIR}/operator.log"
+
+if [[ "${1:-}" == "--clean" ]]; then
+  pid="$(cat "${OP_PID}" 2>/dev/null || true)"
+  if [[ -s "${KUBECONFIG_OUT}" ]]; then
+    use_bin_dir "$(bash "${HACK_DIR}/build-binaries.sh")"
+    export KUBECONFIG="${KUBECONFIG_OUT}"
+  fi
+  if [[ -s "${KUBECONFIG_OUT}" ]] && kubectl get --raw /readyz >/dev/null 2>&1 \
+    && kubectl get namespace ragnaros legacy >/dev/null 2>&1; then
+    log "removing the demo's plan (the operator undoes what it wrote) and namespaces"
+    if [[ -n "${pid}" ]] && kill -0 "${pid}" 2>/dev/null; then
+      kubectl delete gpuplans --all -n ragnaros --wait=true --timeout=60s >/dev/null || true
+    fi
+    # whatever is left (no operator running): drop the finalizer and the plan's node label
+    for p in $(kubectl get gpuplans -n ragnaros -o name 2>/dev/null); do
+      kubectl patch -n ragnaros "${p}" --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null || true
+    done
+    kubectl label nodes --all "gpuplan.ragnaros.io/ragnaros.image-fence-" >/dev/null 2>&1 || true
+    kubectl delete namespace ragnaros legacy --ignore-not-found --wait=true --timeout=120s >/dev/null
+  fi
+  if [[ -n "${pid}" ]] && kill "${pid}" 2>/dev/null; then
+    log "stopped the demo operator (pid ${pid})"
+  fi
+  rm -f "${OP_PID}"
+  exit 0
+fi
 
 bash "${HACK_DIR}/cluster-up.sh"
 use_bin_dir "$(bash "${HACK_DIR}/build-binaries.sh")"
@@ -31,6 +59,13 @@ else
   nohup "${PY}" -m gpuplan_operator --liveness http://127.0.0.1:18080/healthz >>"${OP_LOG}" 2>&1 &
   echo $! >"${OP_PID}"
 fi
+
+# Some cards are already taken by workloads gpuplan does not own (examples/pods.yaml, bound to
+# p4-003 and t4-002): the plan has to work around them, as `gpuplan plan --pods` does offline.
+kubectl create namespace legacy --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+poll 60 "the legacy namespace's service account" kubectl get serviceaccount default -n legacy >/dev/null
+kubectl apply -f "${REPO_ROOT}/examples/pods.yaml" >/dev/null
+log "legacy pods hold 3 cards on p4-003 and 4 on t4-002"
 
 ns="$("${PY}" -c 'import sys,yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"].get("namespace","default"))' "${PLAN}")"
 name="$("${PY}" -c 'import sys,yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "${PLAN}")"
