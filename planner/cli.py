@@ -91,7 +91,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return code
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(plugins: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpuplan", description="Plan how GPU cards are split among inference services."
     )
@@ -106,13 +106,15 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--workers", type=int, default=1, help="solver threads (default 1: reproducible)")
     pl.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     pl.set_defaults(func=cmd_plan)
-    for ep in entry_points(group="gpuplan.commands"):
-        ep.load()(sub)
+    if plugins:  # scanning installed distributions costs ~70 ms: only when a plugin may be meant
+        for ep in entry_points(group="gpuplan.commands"):
+            ep.load()(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser(plugins=argv[:1] != ["plan"]).parse_args(argv)
     try:
         code: int = args.func(args)
         return code

