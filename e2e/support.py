@@ -26,12 +26,14 @@ from typing import Any, TypeVar
 import yaml
 from gpuplan_operator.kube import Kube, load_api_client, path_for
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
 GROUP, VERSION, PLURAL = "gpuplan.ragnaros.io", "v1alpha1", "gpuallocationplans"
 PLAN_API = f"{GROUP}/{VERSION}"
 TYPE_LABEL = "gpuplan.ragnaros.io/gpu-type"
 MANAGED_BY = "app.kubernetes.io/managed-by=gpuplan"
+METRICS_PORT_ENV = "GPUPLAN_METRICS_PORT"
 
 T = TypeVar("T")
 
@@ -245,12 +247,15 @@ class OperatorProcess:
         self.log_path = log_dir / f"{name}.log"
         self.extra_args = tuple(args)
         self.starts = 0
+        self.metrics_url: str | None = None  # set when started with $GPUPLAN_METRICS_PORT
 
     def start(self, extra_env: Mapping[str, str] | None = None, wait_healthy: bool = True) -> None:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.starts += 1
         port = free_port()
         env = dict(os.environ, KUBECONFIG=self.kubeconfig, PYTHONUNBUFFERED="1", **(extra_env or {}))
+        metrics_port = int(env.get(METRICS_PORT_ENV, "").strip() or 0)
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== operator start #{self.starts} {time.strftime('%H:%M:%S')} =====\n".encode())
             self.proc = subprocess.Popen(
@@ -309,6 +314,55 @@ class OperatorProcess:
         with open(self.log_path, "rb") as f:
             f.seek(mark)
             return f.read().decode("utf-8", "replace")
+
+
+class Samples:
+    """One scrape of the operator's Prometheus endpoint: sample values by name and labels."""
+
+    def __init__(self, text: str) -> None:
+        self.values: dict[tuple[str, frozenset[tuple[str, str]]], float] = {
+            (s.name, frozenset(s.labels.items())): float(s.value)
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def value(self, name: str, **labels: str) -> float:
+        """A sample's value; 0 when the series does not exist (yet)."""
+        return self.values.get((name, frozenset(labels.items())), 0.0)
+
+    def total(self, name: str) -> float:
+        """The sum of every series of ``name`` (e.g. every ``kind`` of ``gpuplan_writes_total``)."""
+        return sum(v for (n, _), v in self.values.items() if n == name)
+
+    def by_label(self, name: str, label: str) -> dict[str, float]:
+        return {dict(labels)[label]: v for (n, labels), v in self.values.items() if n == name}
+
+
+def scrape(url: str) -> Samples:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return Samples(r.read().decode())
+
+
+def with_metrics(operator: OperatorProcess) -> str:
+    """The operator's metrics URL; (re)starts it with ``$GPUPLAN_METRICS_PORT`` when they are off.
+
+    The session's operator runs without metrics; a test that reads them restarts it once with a
+    free port, and later tests find it running (with metrics on, which changes nothing else).
+    """
+    if operator.metrics_url is None or operator.exited() is not None:
+        operator.stop()
+        operator.start(extra_env={METRICS_PORT_ENV: str(free_port())})
+    url = operator.metrics_url
+    assert url is not None
+
+    def up() -> bool:
+        try:
+            return bool(scrape(url).values)
+        except OSError:
+            return False
+
+    wait_for("the operator's metrics endpoint", up, timeout=30)
+    return url
 
 
 def gpuplan_cli(*args: str) -> subprocess.CompletedProcess[str]:

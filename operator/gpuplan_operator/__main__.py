@@ -6,6 +6,10 @@ Standalone is the default because peering needs kopf's peering CRDs (``crds/kopf
 installed; with more than one replica pass ``--peering NAME`` so only one of them acts at a time.
 The operator never creates its own CRD: install ``crds/gpuallocationplans.yaml`` first.
 
+Metrics: ``--metrics-port N`` (or ``GPUPLAN_METRICS_PORT=N``; the flag wins, 0 or empty is off,
+and off is the default) serves Prometheus metrics (:mod:`.metrics`) on ``--metrics-address``
+(default 0.0.0.0) at ``/metrics``. The Helm chart turns it on.
+
 ``GPUPLAN_FAULT_EXIT_AFTER_WRITES=N`` (tests only) makes the process die abruptly right after its
 N-th write to the API server, to prove that a crash mid-apply converges after a restart.
 """
@@ -16,13 +20,16 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import kopf
+from prometheus_client import ProcessCollector, disable_created_metrics, start_http_server
 
+from gpuplan_operator.metrics import METRICS
 from gpuplan_operator.service import Options
 
 FAULT_ENV = "GPUPLAN_FAULT_EXIT_AFTER_WRITES"
+METRICS_PORT_ENV = "GPUPLAN_METRICS_PORT"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -40,6 +47,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", metavar="URL",
         help="liveness endpoint (default %(default)s); 'none' disables it",
+    )  # fmt: skip
+    p.add_argument(
+        "--metrics-port", type=int, metavar="N",
+        help=f"serve Prometheus metrics on this port (default ${METRICS_PORT_ENV}, else off; 0 is off)",
+    )  # fmt: skip
+    p.add_argument(
+        "--metrics-address", default="0.0.0.0", metavar="ADDR",
+        help="address the metrics endpoint binds (default %(default)s)",
     )  # fmt: skip
     p.add_argument("--plan-seconds", type=float, default=d.plan_seconds, help="planning time budget")
     p.add_argument("--debounce", type=float, default=d.debounce, help="quiet seconds before a re-plan")
@@ -63,13 +78,42 @@ def _fault_hook() -> object | None:
     return hook
 
 
+def metrics_port(flag: int | None, environ: Mapping[str, str] = os.environ) -> int:
+    """The metrics port: the flag if given, else ``$GPUPLAN_METRICS_PORT``; 0 means off."""
+    if flag is not None:
+        value = flag
+    else:
+        raw = environ.get(METRICS_PORT_ENV, "").strip()
+        try:
+            value = int(raw or 0)
+        except ValueError:
+            raise ValueError(f"{METRICS_PORT_ENV}={raw!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise ValueError(f"metrics port {value} is out of range 0-65535")
+    return value
+
+
+def serve_metrics(port: int, address: str) -> None:
+    """Prometheus metrics on ``address:port`` (a daemon thread; every path answers the metrics)."""
+    # no *_created series: they double the output and no dashboard here reads them
+    disable_created_metrics()  # type: ignore[no-untyped-call]
+    ProcessCollector(registry=METRICS.registry)  # CPU, memory, open files of this process
+    start_http_server(port, addr=address, registry=METRICS.registry)
+    logging.getLogger("gpuplan_operator").info("metrics on http://%s:%d/metrics", address, port)
+
+
 def _quiet_node_events(record: logging.LogRecord) -> bool:
     """Drop kopf's "Handler 'node_event' succeeded" line: one per node heartbeat is noise."""
     return not (record.levelno <= logging.INFO and "Handler 'node_event' succeeded" in record.getMessage())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        port = metrics_port(args.metrics_port)
+    except ValueError as e:
+        p.error(str(e))
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.FULL, log_prefix=True)
     logging.getLogger("gpuplan_operator").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     if not args.verbose:
@@ -84,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ready_poll=args.ready_poll,
     )
     memo = kopf.Memo(options=options, write_hook=_fault_hook())
+    if port:
+        serve_metrics(port, args.metrics_address)
     kopf.run(
         standalone=args.peering is None,
         peering_name=args.peering,

@@ -25,6 +25,7 @@ import kopf
 from gpuplan_operator import GROUP, PLURAL, VERSION
 from gpuplan_operator import status as st
 from gpuplan_operator.kube import Kube, load_api_client
+from gpuplan_operator.metrics import Trigger
 from gpuplan_operator.service import Options, Outcome, PlanService
 from gpuplan_operator.watch import ChangeFeed, NodeTracker
 
@@ -58,10 +59,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.nodes = NodeTracker()
 
 
-async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str) -> Outcome | None:
+async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str, trigger: Trigger) -> Outcome | None:
     service: PlanService = memo.service
     assert namespace is not None  # plans are namespaced
-    outcome = await asyncio.to_thread(service.reconcile, namespace, name)
+    outcome = await asyncio.to_thread(service.reconcile, namespace, name, trigger)
     if outcome is None:
         return None
     if outcome.moved:
@@ -75,17 +76,17 @@ async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str) -> Outco
 
 @kopf.on.create(*PLAN)
 async def plan_created(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
-    await _reconcile(memo, namespace, name)
+    await _reconcile(memo, namespace, name, Trigger.CREATED)
 
 
 @kopf.on.update(*PLAN, field="spec")
 async def plan_updated(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
-    await _reconcile(memo, namespace, name)
+    await _reconcile(memo, namespace, name, Trigger.SPEC_CHANGED)
 
 
 @kopf.on.resume(*PLAN)
 async def plan_resumed(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
-    await _reconcile(memo, namespace, name)
+    await _reconcile(memo, namespace, name, Trigger.RESUMED)
 
 
 @kopf.on.delete(*PLAN)
@@ -129,9 +130,10 @@ async def follow_cluster(
                 seen = version
                 if origins == {me}:
                     continue  # only our own placement changed: nothing new to plan against
-                outcome = await _replan(memo, namespace, name)
+                why = Trigger.NODES_CHANGED if None in origins else Trigger.PLANS_CHANGED
+                outcome = await _replan(memo, namespace, name, why)
             elif failing:
-                outcome = await _replan(memo, namespace, name)
+                outcome = await _replan(memo, namespace, name, Trigger.RETRY)
             else:
                 outcome = await asyncio.to_thread(service.refresh_readiness, namespace, name)
         except kopf.PermanentError:
@@ -158,5 +160,5 @@ async def _wait(feed: ChangeFeed, seen: int, timeout: float, stopped: kopf.Daemo
     return changed in done and bool(changed.result())
 
 
-async def _replan(memo: kopf.Memo, namespace: str | None, name: str) -> Outcome | None:
-    return await _reconcile(memo, namespace, name)
+async def _replan(memo: kopf.Memo, namespace: str | None, name: str, trigger: Trigger) -> Outcome | None:
+    return await _reconcile(memo, namespace, name, trigger)

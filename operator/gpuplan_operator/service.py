@@ -14,12 +14,16 @@ from a stale ``previous`` and move instances for nothing.
 Results, not exceptions, leave this module: :class:`Outcome` says what happened and the thin
 handlers decide what kopf should do (retry on Error, stop on Invalid). API errors are caught only
 to record them in status as ``phase: Error``; they are never swallowed silently.
+
+Metrics (:mod:`.metrics`) are recorded here and in :mod:`.apply`: each reconcile by its
+:class:`~.metrics.Trigger`, its duration and the planner's, the status it ends with, every write.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,9 +32,11 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpuplan_operator import cluster, reserve
+from gpuplan_operator import metrics as m
 from gpuplan_operator import status as st
 from gpuplan_operator.apply import Changes, Conflict, apply_desired, remove_all
 from gpuplan_operator.kube import Kube, api_error_message
+from gpuplan_operator.metrics import Metrics, Trigger
 from gpuplan_operator.naming import configmap_name, label_key_of
 from gpuplan_operator.readiness import readiness
 from planner.errors import InvalidInput
@@ -78,12 +84,18 @@ class PlanService:
     """The operator's business logic; built once at start-up and kept in kopf's memo."""
 
     def __init__(
-        self, kube: Kube, options: Options, events: EventFn, clock: Callable[[], str] = now_iso
+        self,
+        kube: Kube,
+        options: Options,
+        events: EventFn,
+        clock: Callable[[], str] = now_iso,
+        metrics: Metrics | None = None,
     ) -> None:
         self.kube = kube
         self.options = options
         self.events = events
         self.clock = clock
+        self.metrics = metrics if metrics is not None else m.METRICS
         self.lock = threading.Lock()
 
     # --- status -----------------------------------------------------------------------------
@@ -95,29 +107,37 @@ class PlanService:
             return False
         meta = _meta(plan)
         cluster.patch_plan_status(self.kube, meta["namespace"], meta["name"], patch)
+        self.metrics.wrote(m.PLAN_STATUS)
         return True
 
     def _finish(
         self, plan: Mapping[str, Any], new: Mapping[str, Any], outcome: Outcome, reason: str, warn: bool
     ) -> Outcome:
+        meta = _meta(plan)
+        self.metrics.plan_status(meta["namespace"], meta["name"], new)
         if self._write_status(plan, new):
             self.events(plan, "Warning" if warn else "Normal", reason, outcome.message)
-            meta = _meta(plan)
             log.info("%s/%s: %s: %s", meta["namespace"], meta["name"], outcome.phase, outcome.message)
         return outcome
 
     # --- reconcile --------------------------------------------------------------------------
 
-    def reconcile(self, namespace: str, name: str) -> Outcome | None:
-        """Bring one plan's outputs and status up to date; None when the plan is gone."""
+    def reconcile(self, namespace: str, name: str, trigger: Trigger = Trigger.RESUMED) -> Outcome | None:
+        """Bring one plan's outputs and status up to date; None when the plan is gone.
+
+        ``trigger`` says why (``gpuplan_replans_total{reason}``); it changes nothing else.
+        """
         with self.lock:
             plan = cluster.read_plan(self.kube, namespace, name)
             if plan is None or _meta(plan).get("deletionTimestamp"):
+                self.metrics.plan_gone(namespace, name)
                 return None
-            try:
-                return self._reconcile(plan)
-            except ApiException as e:  # reading the cluster failed: say so in status, then retry
-                return self._api_failure(plan, e)
+            self.metrics.replanning(trigger)
+            with self.metrics.reconcile_timer():
+                try:
+                    return self._reconcile(plan)
+                except ApiException as e:  # reading the cluster failed: say so in status, then retry
+                    return self._api_failure(plan, e)
 
     def _api_failure(self, plan: dict[str, Any], error: ApiException) -> Outcome:
         meta = _meta(plan)
@@ -152,6 +172,7 @@ class PlanService:
             new = st.infeasible_status(old, generation, f"cluster snapshot: {e}", now)
             return self._finish(plan, new, Outcome(st.INFEASIBLE, new["message"]), "Infeasible", warn=True)
 
+        started = time.perf_counter()
         result = make_plan(
             spec,
             snap,
@@ -159,6 +180,7 @@ class PlanService:
             previous=self._previous(old),
             polish_seconds=self.options.polish_seconds,
         )
+        self.metrics.planned(time.perf_counter() - started, result)
         if not result.feasible:
             conflicts = [c.to_json() for c in result.conflicts]
             new = st.infeasible_status(old, generation, result.reason or "unknown reason", now, conflicts)
@@ -202,9 +224,14 @@ class PlanService:
         now = self.clock()
         try:
             changes = apply_desired(
-                self.kube, plan, desired, nodes["items"], reserve.priority_classes_in_use(plans, uid)
+                self.kube,
+                plan,
+                desired,
+                nodes["items"],
+                reserve.priority_classes_in_use(plans, uid),
+                metrics=self.metrics,
             )
-            pods = cluster.list_plan_pods(self.kube, namespace, name) if deploy else []
+            pods = self._plan_pods(namespace, name) if deploy else []
         except (ApiException, Conflict) as e:
             text = api_error_message(e) if isinstance(e, ApiException) else str(e)
             new = st.error_status(old, generation, text, now, planned=st.summary(result))
@@ -224,9 +251,18 @@ class PlanService:
         if moved:
             verb = "Replanned" if old.get("applied") else "Planned"
             self.events(plan, "Normal", verb, new["message"])
+        self.metrics.plan_status(namespace, name, new)
         if self._write_status(plan, new):
             log.info("%s/%s: %s: %s; %s", namespace, name, st.APPLIED, new["message"], ready.message)
         return outcome
+
+    def _plan_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The plan's pods, for readiness right after an apply (a failure fails the apply)."""
+        try:
+            return cluster.list_plan_pods(self.kube, namespace, name)
+        except ApiException:
+            self.metrics.apply_failed(m.POD)
+            raise
 
     # --- readiness --------------------------------------------------------------------------
 
@@ -260,6 +296,14 @@ class PlanService:
         with self.lock:
             plans = cluster.list_plans(self.kube)
             in_use = reserve.priority_classes_in_use(plans, uid)
-            changes = remove_all(self.kube, plan, label_key_of(namespace, name), configmap_name(name), in_use)
+            changes = remove_all(
+                self.kube,
+                plan,
+                label_key_of(namespace, name),
+                configmap_name(name),
+                in_use,
+                metrics=self.metrics,
+            )
+            self.metrics.plan_gone(namespace, name)
         log.info("%s/%s: deleted: %s", namespace, name, changes.describe())
         return changes

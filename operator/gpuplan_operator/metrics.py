@@ -1,0 +1,173 @@
+"""Pure: the operator's Prometheus metrics, on a registry of their own, and how they are recorded.
+
+Notes
+-----
+Every metric lives on :attr:`Metrics.registry`, never on ``prometheus_client``'s global default
+registry: the process serves :data:`METRICS` (``python -m gpuplan_operator --metrics-port N``),
+and each test builds its own :class:`Metrics` so values never leak from one test to another.
+
+The service records; handlers never do. What is recorded, and when:
+
+- ``gpuplan_replans_total{reason}``: each reconcile of an existing plan, by what triggered it
+  (:class:`Trigger`); ``created`` is a plan's first planning run.
+- ``gpuplan_plan_duration_seconds``: the whole reconcile (reads, planning, apply, status);
+  ``gpuplan_planner_seconds``: the planner call alone.
+- ``gpuplan_planner_branches{method}``: one observation per GPU type searched, its search
+  branches, labelled with the method that decided it (``fast-path``, ``cp-sat``, ``none``). A
+  histogram rather than a per-plan gauge: it aggregates over plans and re-plans (how often the
+  fast path answers, how deep CP-SAT goes), costs no series per plan, and needs no clean-up.
+- ``gpuplan_plans{phase}``, ``gpuplan_cards_placed`` and ``gpuplan_cards_requested``: from the
+  status each reconcile ends with (what ``kubectl get gpuplans`` shows), kept per plan, so a
+  plan that changes phase moves between labels and a deleted plan disappears.
+- ``gpuplan_writes_total{kind}``: write requests the API server accepted (PATCH/DELETE, 2xx),
+  by the kind written; a reconcile with nothing to change adds nothing.
+- ``gpuplan_apply_errors_total{kind}``: failed steps of an apply or a clean-up (an API error or a
+  conflict with another owner), by the kind of object that step was writing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, suppress
+from enum import StrEnum
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gpuplan_operator.status import PHASES
+from planner.result import PlanResult
+
+
+class Trigger(StrEnum):
+    """Why a plan is reconciled (the ``reason`` of ``gpuplan_replans_total``)."""
+
+    CREATED = "created"  # the plan is new
+    SPEC_CHANGED = "spec_changed"  # its spec changed
+    RESUMED = "resumed"  # the operator (re)started and found it
+    NODES_CHANGED = "nodes_changed"  # nodes changed in a way that matters to planning
+    PLANS_CHANGED = "plans_changed"  # another plan's placement changed (or it was deleted): cards freed
+    RETRY = "retry"  # an Infeasible or Error plan, re-planned every resync
+
+
+# kinds of ``gpuplan_writes_total`` / ``gpuplan_apply_errors_total``
+NODE, PRIORITY_CLASS, CONFIGMAP, DEPLOYMENT, POD = "Node", "PriorityClass", "ConfigMap", "Deployment", "Pod"
+PLAN_STATUS = "GpuAllocationPlan/status"
+WRITTEN_KINDS = (NODE, PRIORITY_CLASS, CONFIGMAP, DEPLOYMENT, PLAN_STATUS)
+APPLIED_KINDS = (NODE, PRIORITY_CLASS, CONFIGMAP, DEPLOYMENT, POD)
+
+SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+BRANCHES = (0, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+
+
+class Metrics:
+    """The operator's metrics on one :class:`~prometheus_client.CollectorRegistry`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.plans = Gauge("gpuplan_plans", "Plans by status phase.", ["phase"], registry=r)
+        self.plan_duration = Histogram(
+            "gpuplan_plan_duration_seconds",
+            "Time of a whole reconcile: reads, planning, apply and status.",
+            buckets=SECONDS,
+            registry=r,
+        )
+        self.planner_seconds = Histogram(
+            "gpuplan_planner_seconds", "Time of the planner call of a reconcile.", buckets=SECONDS, registry=r
+        )
+        self.planner_branches = Histogram(
+            "gpuplan_planner_branches",
+            "Search branches per GPU type planned, by the method that decided it.",
+            ["method"],
+            buckets=BRANCHES,
+            registry=r,
+        )
+        self.replans = Counter(
+            "gpuplan_replans", "Reconciles of a plan, by what triggered them.", ["reason"], registry=r
+        )
+        self.apply_errors = Counter(
+            "gpuplan_apply_errors",
+            "Failed apply or clean-up steps, by the kind of object being written.",
+            ["kind"],
+            registry=r,
+        )
+        self.writes = Counter(
+            "gpuplan_writes", "Writes the API server accepted, by the kind written.", ["kind"], registry=r
+        )
+        self.cards_placed = Gauge(
+            "gpuplan_cards_placed", "Cards the plan's placement holds.", ["namespace", "plan"], registry=r
+        )
+        self.cards_requested = Gauge(
+            "gpuplan_cards_requested", "Cards the plan's spec requests.", ["namespace", "plan"], registry=r
+        )
+        # every series that can exist without a plan starts at 0, so rates and alerts see it
+        for phase in PHASES:
+            self.plans.labels(phase)
+        for reason in Trigger:
+            self.replans.labels(reason.value)
+        for kind in WRITTEN_KINDS:
+            self.writes.labels(kind)
+        for kind in APPLIED_KINDS:
+            self.apply_errors.labels(kind)
+        self._lock = threading.Lock()
+        self._phases: dict[tuple[str, str], str] = {}
+
+    # --- reconciles ---------------------------------------------------------------------------
+
+    def replanning(self, reason: Trigger | str) -> None:
+        """A reconcile of an existing plan starts."""
+        self.replans.labels(str(reason)).inc()
+
+    def reconcile_timer(self) -> AbstractContextManager[Any]:
+        """``with metrics.reconcile_timer(): ...`` observes ``gpuplan_plan_duration_seconds``."""
+        return self.plan_duration.time()
+
+    def planned(self, seconds: float, result: PlanResult) -> None:
+        """The planner answered after ``seconds``; its per-type search statistics."""
+        self.planner_seconds.observe(seconds)
+        for stats in result.stats:
+            self.planner_branches.labels(stats.method).observe(stats.branches)
+
+    # --- plans --------------------------------------------------------------------------------
+
+    def plan_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """The status a reconcile ended with: the plan's phase and cards."""
+        phase = str(status.get("phase") or "")
+        with self._lock:
+            if phase:
+                self._phases[(namespace, name)] = phase
+            self._count_phases()
+        if "cardsPlaced" in status and "cardsRequested" in status:
+            self.cards_placed.labels(namespace, name).set(int(status["cardsPlaced"]))
+            self.cards_requested.labels(namespace, name).set(int(status["cardsRequested"]))
+
+    def plan_gone(self, namespace: str, name: str) -> None:
+        """The plan was deleted: its series go."""
+        with self._lock:
+            self._phases.pop((namespace, name), None)
+            self._count_phases()
+        for gauge in (self.cards_placed, self.cards_requested):
+            with suppress(KeyError):  # never planned (Invalid from the start); older clients raise
+                gauge.remove(namespace, name)
+
+    def _count_phases(self) -> None:
+        counts = dict.fromkeys(PHASES, 0)
+        for phase in self._phases.values():
+            counts[phase] = counts.get(phase, 0) + 1
+        for phase, count in counts.items():
+            self.plans.labels(phase).set(count)
+
+    # --- writes -------------------------------------------------------------------------------
+
+    def wrote(self, kind: str, count: int = 1) -> None:
+        """``count`` writes of ``kind`` were accepted by the API server."""
+        if count:
+            self.writes.labels(kind).inc(count)
+
+    def apply_failed(self, kind: str) -> None:
+        """A step writing ``kind`` failed (API error, or the object belongs to someone else)."""
+        self.apply_errors.labels(kind).inc()
+
+
+METRICS = Metrics()  # the process's metrics, served by ``python -m gpuplan_operator --metrics-port``
