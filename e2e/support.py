@@ -365,6 +365,23 @@ def with_metrics(operator: OperatorProcess) -> str:
     return url
 
 
+def settled_reconciles(url: str, before: Samples, reason: str) -> Callable[[], Samples | None]:
+    """A probe: a reconcile for ``reason`` started since ``before``, and every started one ended."""
+
+    def probe() -> Samples | None:
+        now = scrape(url)
+        started = now.total("gpuplan_replans_total") - before.total("gpuplan_replans_total")
+        ended = now.value("gpuplan_plan_duration_seconds_count") - before.value(
+            "gpuplan_plan_duration_seconds_count"
+        )
+        grew = now.value("gpuplan_replans_total", reason=reason) > before.value(
+            "gpuplan_replans_total", reason=reason
+        )
+        return now if grew and started == ended else None
+
+    return probe
+
+
 def gpuplan_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The ``gpuplan`` command line from this venv."""
     cmd = [sys.executable, "-c", "import sys; from planner.cli import main; sys.exit(main())", *args]

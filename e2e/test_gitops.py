@@ -26,13 +26,13 @@ from e2e.support import (
     Api,
     Kubectl,
     OperatorProcess,
-    Samples,
     label_key,
     one_type,
     operator_entry,
     plan_manifest,
     scrape,
     settled,
+    settled_reconciles,
     stays,
     wait_for,
     with_metrics,
@@ -87,23 +87,6 @@ def managers(plan: Mapping[str, Any], field: str) -> set[tuple[str, str]]:
         for e in plan["metadata"].get("managedFields") or []
         if f"f:{field}" in (e.get("fieldsV1") or {})
     }
-
-
-def settled_reconciles(url: str, before: Samples, reason: str) -> Callable[[], Samples | None]:
-    """A probe: a reconcile for ``reason`` started since ``before``, and every started one ended."""
-
-    def probe() -> Samples | None:
-        now = scrape(url)
-        started = now.total("gpuplan_replans_total") - before.total("gpuplan_replans_total")
-        ended = now.value("gpuplan_plan_duration_seconds_count") - before.value(
-            "gpuplan_plan_duration_seconds_count"
-        )
-        grew = now.value("gpuplan_replans_total", reason=reason) > before.value(
-            "gpuplan_replans_total", reason=reason
-        )
-        return now if grew and started == ended else None
-
-    return probe
 
 
 def test_reapplies_and_replans_cause_no_write_churn(
