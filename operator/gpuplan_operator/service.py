@@ -122,14 +122,21 @@ class PlanService:
 
     # --- reconcile --------------------------------------------------------------------------
 
+    def _live_plan(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The plan as it is now, or None when it is gone or being deleted (the finalizer's job)."""
+        plan = cluster.read_plan(self.kube, namespace, name)
+        if plan is None or _meta(plan).get("deletionTimestamp"):
+            return None
+        return plan
+
     def reconcile(self, namespace: str, name: str, trigger: Trigger = Trigger.RESUMED) -> Outcome | None:
         """Bring one plan's outputs and status up to date; None when the plan is gone.
 
         ``trigger`` says why (``gpuplan_replans_total{reason}``); it changes nothing else.
         """
         with self.lock:
-            plan = cluster.read_plan(self.kube, namespace, name)
-            if plan is None or _meta(plan).get("deletionTimestamp"):
+            plan = self._live_plan(namespace, name)
+            if plan is None:
                 self.metrics.plan_gone(namespace, name)
                 return None
             self.metrics.replanning(trigger)
@@ -269,8 +276,8 @@ class PlanService:
     def refresh_readiness(self, namespace: str, name: str) -> Outcome | None:
         """Re-check the ``Ready`` condition of an applied plan (its pods get scheduled later)."""
         with self.lock:
-            plan = cluster.read_plan(self.kube, namespace, name)
-            if plan is None or _meta(plan).get("deletionTimestamp"):
+            plan = self._live_plan(namespace, name)
+            if plan is None:
                 return None
             old = plan.get("status") or {}
             if old.get("phase") != st.APPLIED:
