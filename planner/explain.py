@@ -96,10 +96,6 @@ def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
         )
         for item in problem.items:
             a = by_key[item.request.operator, name]
-            chosen = next(
-                s for s, sp in enumerate(item.splits)
-                if sp.instances == a.instances and sp.units == a.units
-            )  # fmt: skip
             where = ", ".join(f"{n}×{c}" if c > 1 else n for n, c in a.nodes)
             lines.append(
                 f"  {item.label:<24} {item.strategy.value:<8} {a.instances}×{a.units} "
@@ -112,5 +108,4 @@ def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
                 lines.append(f"      not {sp.text} (term {_num(sp.score)}): {why}")
             for k, g, why in item.rejected:
                 lines.append(f"      not {k}×{g}: not admissible, {why}")
-            del chosen
     return "\n".join(lines) + "\n"

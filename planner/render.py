@@ -35,7 +35,7 @@ import yaml
 
 from planner.errors import InvalidInput
 from planner.model import OperatorSpec, PlanSpec, ResourceType
-from planner.result import Allocation, PlanResult
+from planner.result import PlanResult
 
 DOMAIN = "gpuplan.ragnaros.io"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuplan"}
@@ -305,7 +305,3 @@ def render_manifests(spec: PlanSpec, result: PlanResult) -> list[dict[str, Any]]
         for n, labels in desired.node_labels.items()
     ]
     return [*nodes, *desired.priority_classes, desired.configmap, *desired.deployments]
-
-
-def allocation_for(result: PlanResult, operator: str, resource: str) -> Allocation | None:
-    return next((a for a in result.allocations if a.operator == operator and a.resource == resource), None)

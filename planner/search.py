@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from fractions import Fraction
 
-from planner.model import PlanSpec, Snapshot
+from planner.model import PlanSpec, Snapshot, Strategy
 from planner.options import Item, TypeProblem, build_problems
 from planner.place import NodeCounts, Previous, greedy_place
 from planner.result import Allocation, Conflict, PlanResult, TypeStats
@@ -176,7 +176,7 @@ def solve_type(
 def _worth_polishing(problem: TypeProblem, previous: Previous | None) -> bool:
     """Greedy placement is already good when nothing moved and no request wants concentrating."""
     return bool(previous) or any(
-        it.strategy.value in ("machine", "single", "special") and it.splits[0].instances > 1
+        it.strategy in (Strategy.MACHINE, Strategy.SINGLE, Strategy.SPECIAL) and it.splits[0].instances > 1
         for it in problem.items
     )
 

@@ -224,7 +224,6 @@ def solve(
     previous: Previous | None = None,
     forced: Mapping[int, int] | None = None,
     subset: Sequence[int] | None = None,
-    hint: tuple[Sequence[int], Sequence[NodeCounts]] | None = None,
     optimize: bool = True,
     polish_seconds: float = 0.0,
     progress: Progress | None = None,
@@ -234,8 +233,6 @@ def solve(
     tm = TypeModel(problem, subset=subset, forced=forced, previous=previous)
     if optimize:
         tm.model.maximize(tm.objective)
-    if hint is not None:
-        tm.hint(*hint)
     solver = _solver(seconds, workers)
     status = solver.solve(tm.model, _Reporter(tm, progress, start) if optimize else None)
     out = Outcome(status="unknown", branches=solver.num_branches)
