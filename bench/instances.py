@@ -6,7 +6,7 @@ import random
 from math import prod
 from typing import Any
 
-from planner.options import divisors
+from planner.strategies import divisors
 
 TYPES = ("P4", "T4", "A10")
 

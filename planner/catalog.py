@@ -1,8 +1,8 @@
-"""The built-in operator catalog and resource model (seed 001).
+"""The built-in operator catalog and resource model: the image fence product's ten operators.
 
 Notes
 -----
-Seed 001 names ten operators and gives each a key strategy: feature extraction is compute-bound
+The product runs ten operators, each with a key strategy: feature extraction is compute-bound
 (``service``: spread over many machines to use their CPUs), 1:N search is IO-bound (``machine``:
 few large instances), stream analysis runs one card per instance (``single``), and
 ``face_image_flow`` becomes ``special`` whenever the user fixes its machine count. Image and video
@@ -12,9 +12,9 @@ emits it once.
 
 from __future__ import annotations
 
-from planner.model import LinkStrategy, OperatorSpec, ResourceType, Strategy
-
-GPU_TYPE_LABEL = "gpuplan.ragnaros.io/gpu-type"
+from planner.model import LinkStrategy, OperatorSpec, ResourceKind, ResourceType
+from planner.strategies import Strategy
+from planner.vocab import GPU_TYPE_LABEL
 
 SHARE_ALL = LinkStrategy("share", 0, 0)
 
@@ -69,7 +69,7 @@ BUILTIN_OPERATORS: tuple[OperatorSpec, ...] = (
 def default_resources() -> tuple[ResourceType, ...]:
     """The resource model used when a plan names none: P4 and T4 cards, and CPU nodes."""
     return (
-        ResourceType("P4", "GPU", "nvidia.com/gpu", ((GPU_TYPE_LABEL, "P4"),)),
-        ResourceType("T4", "GPU", "nvidia.com/gpu", ((GPU_TYPE_LABEL, "T4"),)),
-        ResourceType("CPU", "CPU", "cpu", ((GPU_TYPE_LABEL, "CPU"),)),
+        ResourceType("P4", ResourceKind.GPU, "nvidia.com/gpu", ((GPU_TYPE_LABEL, "P4"),)),
+        ResourceType("T4", ResourceKind.GPU, "nvidia.com/gpu", ((GPU_TYPE_LABEL, "T4"),)),
+        ResourceType("CPU", ResourceKind.CPU, "cpu", ((GPU_TYPE_LABEL, "CPU"),)),
     )

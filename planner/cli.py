@@ -22,7 +22,8 @@ from planner.errors import InvalidInput
 from planner.explain import explain
 from planner.parse import parse_plan, snapshot
 from planner.render import render_manifests, values_yaml
-from planner.search import plan, previous_from_allocations
+from planner.result import Previous, previous_placements, read_allocations
+from planner.search import plan
 
 FORMATS = ("text", "json", "yaml", "values", "manifests")
 
@@ -57,16 +58,20 @@ def _progress(quiet: bool) -> Any:
     return report
 
 
+def _previous(path: str) -> Previous:
+    doc = load(path, "previous")
+    if not isinstance(doc, dict) or "allocations" not in doc:
+        raise InvalidInput("previous", f"{path}: not a gpuplan plan -o json output (no allocations)")
+    try:
+        return previous_placements(read_allocations(doc["allocations"]))
+    except InvalidInput as e:
+        raise InvalidInput(f"previous {path}: {e.field}", e.message) from None
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     spec = parse_plan(load(args.plan, "plan"))
     snap = snapshot(load(args.nodes, "nodes"), load(args.pods, "pods") if args.pods else None)
-    previous = None
-    if args.previous:
-        prev = load(args.previous, "previous")
-        try:
-            previous = previous_from_allocations(prev.get("allocations") or [])
-        except (KeyError, TypeError, ValueError, AssertionError, AttributeError):
-            raise InvalidInput("previous", f"{args.previous}: not a gpuplan -o json output") from None
+    previous = _previous(args.previous) if args.previous else None
     result = plan(
         spec,
         snap,

@@ -14,9 +14,10 @@ from __future__ import annotations
 import time
 from fractions import Fraction
 
+from planner.codes import ConflictKind, SolveStatus
 from planner.model import PlanSpec
 from planner.options import Item, Split, TypeProblem
-from planner.result import PlanResult
+from planner.result import Allocation, PlanResult
 from planner.solver import solve
 
 
@@ -24,6 +25,11 @@ def _num(x: Fraction | None) -> str:
     if x is None:
         return "-"
     return str(x.numerator) if x.denominator == 1 else f"{float(x):.4g}"
+
+
+def _term(a: Allocation) -> Fraction:
+    assert a.term is not None, "a planned allocation knows its term"
+    return a.term
 
 
 def _static_reason(problem: TypeProblem, item: Item, split: Split) -> str | None:
@@ -47,7 +53,7 @@ def _why_not(problem: TypeProblem, item: Item, s: int, total: Fraction, deadline
     if left <= 0:
         return "not analysed (explanation time budget used up)"
     out = solve(problem, seconds=min(left, 2.0), forced={item.index: s})
-    if out.status == "infeasible":
+    if out.status is SolveStatus.INFEASIBLE:
         return "does not fit together with the other requests on these nodes"
     if out.score is not None and out.choice is not None:
         changed = [
@@ -66,6 +72,9 @@ def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
     if not result.feasible:
         lines.append(head + "NO DEPLOYABLE PLAN")
         for c in result.conflicts:
+            if c.kind is ConflictKind.TIMEOUT:
+                lines.append(f"  {c.resource}: {c.detail}; a longer --time-limit may find one")
+                continue
             lines.append(
                 f"  {c.resource}: these requests cannot be placed together: {', '.join(c.operators)}"
             )
@@ -81,7 +90,7 @@ def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
     by_key = {(a.operator, a.resource): a for a in result.allocations}
     type_scores: dict[str, Fraction] = {}
     for a in result.allocations:
-        type_scores[a.resource] = type_scores.get(a.resource, Fraction(0)) + a.term
+        type_scores[a.resource] = type_scores.get(a.resource, Fraction(0)) + _term(a)
     stats = {s.resource: s for s in result.stats}
     for problem in result.problems:
         name = problem.resource.name
@@ -101,7 +110,7 @@ def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
                 f"  {item.label:<24} {item.strategy.value:<8} {a.instances}×{a.units} "
                 f"(term {_num(a.term)})  on {where}"
             )
-            better = [s for s, sp in enumerate(item.splits) if sp.score > a.term]
+            better = [s for s, sp in enumerate(item.splits) if sp.score > _term(a)]
             for s in better:
                 why = _why_not(problem, item, s, type_scores.get(name, Fraction(0)), deadline)
                 sp = item.splits[s]

@@ -2,10 +2,10 @@
 
 Notes
 -----
-A plan's spec (what the user asked for) and a snapshot (what the cluster has free) are kept apart:
-the spec comes from a GpuAllocationPlan or the seed's JSON, the snapshot from a NodeList and a
-PodList. Both are immutable so a planning run can be repeated and compared, and so the operator
-can hand the same values to the CLI's renderer.
+A plan's spec (what the user asked for) and a snapshot (what the cluster has free) are kept
+apart: the spec comes from a GpuAllocationPlan or the product's JSON configuration, the snapshot
+from a NodeList and a PodList. Both are immutable so a planning run can be repeated and
+compared, and so the operator can hand the same values to the CLI's renderer.
 """
 
 from __future__ import annotations
@@ -15,22 +15,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-
-class Strategy(StrEnum):
-    """How a request's cards are split (contract section 2)."""
-
-    MACHINE = "machine"  # IO-bound: few, large instances
-    SERVICE = "service"  # compute-bound: many instances on distinct nodes
-    SINGLE = "single"  # one card per instance
-    SPECIAL = "special"  # the user fixed the instance count (machineNum)
-
-
-KEY_STRATEGIES = (Strategy.MACHINE, Strategy.SERVICE, Strategy.SINGLE)
+from planner.strategies import DEFAULT_SCORING, Strategy
 
 
 @dataclass(frozen=True)
 class LinkStrategy:
-    """How link services share a partition's cards (seed 001).
+    """How link services share a partition's cards.
 
     ``share-0-0``: one link service shares all the partition's cards with the key service.
     ``share-A-B``: one link service per A cards, at most B, at least one; all share the cards.
@@ -60,12 +50,17 @@ class LinkStrategy:
         return count, False
 
 
+class ResourceKind(StrEnum):
+    GPU = "GPU"  # cards: split into instances by the request's strategy
+    CPU = "CPU"  # cores: one instance per request, with all its cores
+
+
 @dataclass(frozen=True)
 class ResourceType:
-    """One entry of the resource model (seed ``meta.resource``)."""
+    """One entry of the resource model: a name used in requests, and the nodes that carry it."""
 
     name: str
-    kind: str  # "GPU" | "CPU"
+    kind: ResourceKind
     resource_name: str
     node_selector: tuple[tuple[str, str], ...]
 
@@ -75,7 +70,7 @@ class ResourceType:
 
 @dataclass(frozen=True)
 class OperatorSpec:
-    """One entry of the operator catalog (seed ``meta.operator``)."""
+    """One entry of the operator catalog: a service, its strategy and how its links run."""
 
     name: str
     key_strategy: Strategy
@@ -130,7 +125,7 @@ class PlanSpec:
     resources: tuple[ResourceType, ...]
     operators: tuple[OperatorSpec, ...]
     requests: tuple[Request, ...]
-    scoring: str = "v1"
+    scoring: str = DEFAULT_SCORING
     deploy: bool = False
     dry_run: bool = False
     tolerations: tuple[Toleration, ...] = ()

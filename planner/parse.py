@@ -18,24 +18,20 @@ from typing import Any
 from planner.catalog import BUILTIN_OPERATORS, default_resources
 from planner.errors import InvalidInput
 from planner.model import (
-    KEY_STRATEGIES,
     LinkStrategy,
     Node,
     OperatorSpec,
     PlanSpec,
     Request,
+    ResourceKind,
     ResourceType,
     Snapshot,
-    Strategy,
     Taint,
     Toleration,
 )
+from planner.strategies import DEFAULT_SCORING, KEY_STRATEGIES, SCORINGS, Strategy, one_of
+from planner.vocab import API_VERSION, KIND, SEED_KEY
 
-API_GROUP = "gpuplan.ragnaros.io"
-API_VERSION = f"{API_GROUP}/v1alpha1"
-KIND = "GpuAllocationPlan"
-SEED_KEY = "ragnaros_operator_config"
-SCORINGS = ("v1", "v2")
 _LINK_RE = re.compile(r"^(share|detach)-(\d+)-(\d+)$")
 _SEED_LONG = {"resource_num": "resourceNum", "machine_num": "machineNum"}
 
@@ -60,14 +56,14 @@ def _count(value: Any, field: str) -> int:
 def _find_seed(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
     if SEED_KEY in doc:
         return _mapping(doc[SEED_KEY], SEED_KEY)
-    for value in doc.values():  # the seed nests it one level down in its config file
+    for value in doc.values():  # the product nests it one level down in its config file
         if isinstance(value, Mapping) and SEED_KEY in value:
             return _mapping(value[SEED_KEY], SEED_KEY)
     return None
 
 
 def parse_plan(doc: Any) -> PlanSpec:
-    """Parse a GpuAllocationPlan manifest, or the seed's ``ragnaros_operator_config`` JSON."""
+    """Parse a GpuAllocationPlan manifest, or the product's ``ragnaros_operator_config`` JSON."""
     doc = _mapping(doc, "plan")
     seed = _find_seed(doc)
     if seed is not None:
@@ -85,7 +81,7 @@ def parse_plan(doc: Any) -> PlanSpec:
 
 
 def _seed_requests(seed: Mapping[str, Any]) -> dict[str, Any]:
-    """Seed JSON uses snake_case long forms; translate them to the CRD's camelCase."""
+    """The product's JSON uses snake_case long forms; translate them to the CRD's camelCase."""
     out: dict[str, Any] = {}
     for op, value in seed.items():
         value = _mapping(value, f"{SEED_KEY}.{op}")
@@ -101,7 +97,7 @@ def parse_spec(spec: Mapping[str, Any], name: str, namespace: str) -> PlanSpec:
     resources = _parse_resources(spec.get("resources"))
     operators = _parse_operators(spec.get("operators"))
     requests = _parse_requests(spec.get("requests"), resources, operators)
-    scoring = spec.get("scoring", "v1") or "v1"
+    scoring = spec.get("scoring", DEFAULT_SCORING) or DEFAULT_SCORING
     if scoring not in SCORINGS:
         raise InvalidInput("scoring", f"must be one of {', '.join(SCORINGS)}, got {scoring!r}")
     flags = {}
@@ -141,16 +137,18 @@ def _parse_resources(value: Any) -> tuple[ResourceType, ...]:
             raise InvalidInput(f"{field}.name", "is required")
         if any(r.name == name for r in out):
             raise InvalidInput(f"{field}.name", f"resource {name!r} is listed twice")
-        kind = item.get("kind", "GPU")
-        if kind not in ("GPU", "CPU"):
-            raise InvalidInput(f"{field}.kind", f"must be GPU or CPU, got {kind!r}")
-        default_rn = "nvidia.com/gpu" if kind == "GPU" else "cpu"
+        kind = item.get("kind", ResourceKind.GPU.value)
+        if kind not in {k.value for k in ResourceKind}:
+            raise InvalidInput(
+                f"{field}.kind", f"must be {one_of(k.value for k in ResourceKind)}, got {kind!r}"
+            )
+        default_rn = "nvidia.com/gpu" if kind == ResourceKind.GPU else "cpu"
         resource_name = item.get("resourceName", default_rn) or default_rn
         selector = _mapping(item.get("nodeSelector") or {}, f"{field}.nodeSelector")
         out.append(
             ResourceType(
                 name=name,
-                kind=kind,
+                kind=ResourceKind(kind),
                 resource_name=str(resource_name),
                 node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
             )
@@ -181,9 +179,10 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
         strategy_text = item.get("keyStrategy", base.key_strategy.value if base else None)
         if strategy_text is None:
             raise InvalidInput(f"{field}.keyStrategy", "is required for an operator not in the catalog")
-        if strategy_text not in [s.value for s in KEY_STRATEGIES]:
+        if strategy_text not in {s.value for s in KEY_STRATEGIES}:
             raise InvalidInput(
-                f"{field}.keyStrategy", f"must be machine, service or single, got {strategy_text!r}"
+                f"{field}.keyStrategy",
+                f"must be {one_of(s.value for s in KEY_STRATEGIES)}, got {strategy_text!r}",
             )
         link = (
             _parse_link(item["linkStrategy"], f"{field}.linkStrategy")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from planner.model import Strategy
 from planner.options import Item, Split, TypeProblem
 
 NodeCounts = dict[str, int]
@@ -48,7 +47,7 @@ def _place_one(
             out[n] = 1
             free[n] -= g
         return out
-    spread = quality and item.strategy in (Strategy.SINGLE, Strategy.SPECIAL)
+    spread = quality and item.rule.spreads
     left = k
     while left:
         fits = [n for n, f in free.items() if f >= g]

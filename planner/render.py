@@ -13,9 +13,10 @@ Pinning: every node the plan uses gets one label, ``gpuplan.ragnaros.io/<plan-ke
 Each flamewaker entry covers one service of one allocation on one node (``instanceNumber`` = that
 allocation's instances there) and selects that node's token, so Kubernetes can only put each
 instance where the plan did. ``priorityClassName: ragnaros-cluster-critical-N`` makes larger
-instances schedule, and preempt, first (seed 001's fix for 5-4-4-3 on two 8-card nodes).
+instances schedule, and preempt, first: pods of 5, 4, 4 and 3 cards placed one at a time on two
+8-card nodes could otherwise strand each other.
 
-Link services follow their operator's ``linkStrategy`` (seed 001): shared link services run as
+Link services follow their operator's ``linkStrategy``: shared link services run as
 extra operators in the key service's flamewaker (one per started link), detached ones get
 flamewakers of one card each, pinned to the same node. A link service listed by several operators
 (face surveillance retrieval, for image and video flows) is rendered once, by the first.
@@ -24,9 +25,8 @@ flamewakers of one card each, pinned to the same node. A link service listed by 
 from __future__ import annotations
 
 import copy
-import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,47 +34,21 @@ import jsonpatch
 import yaml
 
 from planner.errors import InvalidInput
-from planner.model import OperatorSpec, PlanSpec, ResourceType
+from planner.model import OperatorSpec, PlanSpec, ResourceKind, ResourceType
 from planner.result import PlanResult
-
-DOMAIN = "gpuplan.ragnaros.io"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuplan"}
-PRIORITY_PREFIX = "ragnaros-cluster-critical-"
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-
-
-def _hash(text: str, n: int = 8) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:n]
-
-
-def _fit(text: str, limit: int) -> str:
-    """Shorten to ``limit`` characters, keeping it unique with a hash suffix."""
-    if len(text) <= limit:
-        return text
-    return f"{text[: limit - 9].rstrip('-.')}-{_hash(text)}"
-
-
-def dns_name(*parts: str, limit: int = 63) -> str:
-    text = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
-    return _fit(text, limit)
-
-
-def plan_label_key(spec: PlanSpec) -> str:
-    """The one label key a plan owns on nodes: ``gpuplan.ragnaros.io/<namespace>.<name>``."""
-    return f"{DOMAIN}/{_fit(f'{spec.namespace}.{spec.name}', 63)}"
-
-
-def node_token(node: str) -> str:
-    return node if len(node) <= 63 and _LABEL_VALUE.match(node) else f"node-{_hash(node, 16)}"
-
-
-def priority_class_name(units: int) -> str:
-    return f"{PRIORITY_PREFIX}{units}"
-
-
-def priority_value(units: int) -> int:
-    """Seed 001's values: 800008000 for 8 cards, 800007000 for 7, ..."""
-    return 800_000_000 + units * 1000
+from planner.vocab import (
+    FLAMEWAKER_LABEL,
+    MANAGED_BY,
+    PLAN_LABEL,
+    configmap_name,
+    dns_name,
+    fit,
+    node_token,
+    plan_label_key,
+    plan_labels,
+    priority_class_name,
+    priority_value,
+)
 
 
 def _camel(service: str) -> str:
@@ -123,9 +97,10 @@ def _entry(
     units: int,
 ) -> dict[str, Any]:
     pod: dict[str, Any] = {
-        "nodeSelector": dict(resource.node_selector) | {plan_label_key(spec): node_token(node)}
+        "nodeSelector": dict(resource.node_selector)
+        | {plan_label_key(spec.namespace, spec.name): node_token(node)}
     }
-    if resource.kind == "GPU":
+    if resource.kind is ResourceKind.GPU:
         pod["priorityClassName"] = priority_class_name(units)
     if spec.tolerations:
         pod["tolerations"] = [{k: v for k, v in vars(t).items() if v is not None} for t in spec.tolerations]
@@ -173,25 +148,26 @@ def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
     return out
 
 
-def render_values(spec: PlanSpec, result: PlanResult) -> dict[str, Any]:
-    """The Ragnaros values.yaml fragment: ``{"flamewakers": [...]}``."""
-    return {"flamewakers": [f.entry for f in render_flamewakers(spec, result)]}
+def _values_yaml(flamewakers: Sequence[Flamewaker]) -> str:
+    doc = {"flamewakers": [f.entry for f in flamewakers]}
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
 
 
 def values_yaml(spec: PlanSpec, result: PlanResult) -> str:
-    return yaml.safe_dump(render_values(spec, result), sort_keys=False, allow_unicode=True)
+    """The Ragnaros values.yaml fragment: ``flamewakers: [...]``."""
+    return _values_yaml(render_flamewakers(spec, result))
 
 
 def render_node_labels(spec: PlanSpec, result: PlanResult) -> dict[str, dict[str, str]]:
     """node name -> the labels this plan wants on it (only its own key)."""
-    key = plan_label_key(spec)
+    key = plan_label_key(spec.namespace, spec.name)
     return {
         node: {key: node_token(node)} for node in sorted({n for a in result.allocations for n, _ in a.nodes})
     }
 
 
 def render_priority_classes(
-    result: PlanResult, kinds: Mapping[str, str], units: Iterable[int] = ()
+    result: PlanResult, kinds: Mapping[str, ResourceKind], units: Iterable[int] = ()
 ) -> list[dict[str, Any]]:
     """PriorityClasses for the instance sizes a plan uses on GPU resources.
 
@@ -199,7 +175,7 @@ def render_priority_classes(
     smaller than their allocation (a 4-card instance becomes a 3-card key service and a 1-card
     link), and every entry names the class of its own size, so those sizes need classes too.
     """
-    allocated = {a.units for a in result.allocations if kinds.get(a.resource) == "GPU"}
+    allocated = {a.units for a in result.allocations if kinds.get(a.resource) is ResourceKind.GPU}
     sizes = sorted(allocated | set(units), reverse=True)
     return [
         {
@@ -214,31 +190,26 @@ def render_priority_classes(
     ]
 
 
-def plan_labels(spec: PlanSpec) -> dict[str, str]:
-    return MANAGED_BY | {f"{DOMAIN}/plan": _fit(spec.name, 63)}
-
-
-def render_configmap(spec: PlanSpec, result: PlanResult) -> dict[str, Any]:
+def _configmap(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": dns_name(spec.name, "flamewakers", limit=253),
+            "name": configmap_name(spec.name),
             "namespace": spec.namespace,
-            "labels": plan_labels(spec),
+            "labels": plan_labels(spec.name),
         },
-        "data": {"values.yaml": values_yaml(spec, result)},
+        "data": {"values.yaml": _values_yaml(flamewakers)},
     }
 
 
-def render_deployments(spec: PlanSpec, result: PlanResult) -> list[dict[str, Any]]:
-    """One Deployment per flamewaker entry (``deploy: true``), for clusters without Ragnaros."""
+def _deployments(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict[str, Any]]:
     out = []
-    for fw in render_flamewakers(spec, result):
+    for fw in flamewakers:
         entry = fw.entry
         pod = entry.get("podAttributes", {})
         limits = copy.deepcopy(entry.get("containerAttributes", {}).get("resources", {}))
-        selector = {f"{DOMAIN}/plan": _fit(spec.name, 63), f"{DOMAIN}/flamewaker": entry["name"]}
+        selector = {PLAN_LABEL: fit(spec.name, 63), FLAMEWAKER_LABEL: entry["name"]}
         pod_spec: dict[str, Any] = {
             "containers": [
                 {"name": "flamewaker", "image": entry.get("image", spec.image), "resources": limits}
@@ -255,7 +226,7 @@ def render_deployments(spec: PlanSpec, result: PlanResult) -> list[dict[str, Any
                 "metadata": {
                     "name": entry["name"],
                     "namespace": spec.namespace,
-                    "labels": plan_labels(spec),
+                    "labels": plan_labels(spec.name),
                 },
                 "spec": {
                     "replicas": int(entry.get("instanceNumber", 1)) * int(entry.get("replica", 1)),
@@ -285,15 +256,16 @@ class Desired:
 
 
 def render_desired(spec: PlanSpec, result: PlanResult) -> Desired:
+    """Everything the plan wants in the cluster (the flamewaker entries are rendered once)."""
     kinds = {r.name: r.kind for r in spec.resources}
+    flamewakers = render_flamewakers(spec, result)
+    gpu_units = [f.units for f in flamewakers if f.resource.kind is ResourceKind.GPU]
     return Desired(
         node_labels=render_node_labels(spec, result),
-        label_key=plan_label_key(spec),
-        priority_classes=render_priority_classes(
-            result, kinds, [f.units for f in render_flamewakers(spec, result) if f.resource.kind == "GPU"]
-        ),
-        configmap=render_configmap(spec, result),
-        deployments=render_deployments(spec, result) if spec.deploy else [],
+        label_key=plan_label_key(spec.namespace, spec.name),
+        priority_classes=render_priority_classes(result, kinds, gpu_units),
+        configmap=_configmap(spec, flamewakers),
+        deployments=_deployments(spec, flamewakers) if spec.deploy else [],
     )
 
 

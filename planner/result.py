@@ -1,13 +1,24 @@
-"""The planner's answer as values with reasons, and its one JSON shape (contract section 4)."""
+"""The planner's answer as values with reasons, its one JSON shape, and the one reader of it.
+
+Notes
+-----
+``gpuplan plan -o json`` prints :meth:`PlanResult.to_json`; a plan's ``status.allocations`` holds
+the same allocation objects. Whoever reads them back (``--previous``, the operator reading its own
+status, the load tester's ``compare``) goes through :func:`read_allocations`, which checks every
+field and names the one that is wrong.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from planner.model import Strategy
+from planner.codes import ConflictKind, Method, SolveStatus
+from planner.errors import InvalidInput
 from planner.options import TypeProblem
+from planner.strategies import Strategy
 
 
 @dataclass(frozen=True)
@@ -16,21 +27,80 @@ class Allocation:
 
     operator: str
     resource: str
-    strategy: Strategy
+    strategy: Strategy | None  # None when read back from JSON that did not say
     instances: int
     units: int
     nodes: tuple[tuple[str, int], ...]  # node name -> instances there, in name order
-    term: Fraction
+    term: Fraction | None = None  # its score term; None when read back from JSON
+
+    @property
+    def units_total(self) -> int:
+        return self.instances * self.units
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "operator": self.operator,
-            "resource": self.resource,
-            "strategy": self.strategy.value,
-            "instances": self.instances,
-            "unitsPerInstance": self.units,
-            "nodes": dict(self.nodes),
-        }
+        out: dict[str, Any] = {"operator": self.operator, "resource": self.resource}
+        if self.strategy is not None:
+            out["strategy"] = self.strategy.value
+        return out | {"instances": self.instances, "unitsPerInstance": self.units, "nodes": dict(self.nodes)}
+
+
+def _field(doc: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in doc:
+        raise InvalidInput(f"{where}.{key}", "is required")
+    return doc[key]
+
+
+def _positive(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(where, f"must be one of the positive integers (1, 2, ...), got {value!r}")
+    return value
+
+
+def read_allocation(doc: Any, where: str) -> Allocation:
+    """One allocation object of the JSON output (or of a plan's status), checked field by field."""
+    if not isinstance(doc, Mapping):
+        raise InvalidInput(where, f"expected an object, got {type(doc).__name__}")
+    names = {}
+    for key in ("operator", "resource"):
+        value = _field(doc, key, where)
+        if not isinstance(value, str) or not value:
+            raise InvalidInput(f"{where}.{key}", f"expected a name, got {value!r}")
+        names[key] = value
+    strategy = doc.get("strategy")
+    if strategy is not None and strategy not in {s.value for s in Strategy}:
+        raise InvalidInput(f"{where}.strategy", f"unknown strategy {strategy!r}")
+    units = _positive(_field(doc, "unitsPerInstance", where), f"{where}.unitsPerInstance")
+    nodes = _field(doc, "nodes", where)
+    if not isinstance(nodes, Mapping):
+        raise InvalidInput(f"{where}.nodes", "expected an object of node name -> instances")
+    counts = tuple(sorted((str(n), _positive(c, f"{where}.nodes.{n}")) for n, c in nodes.items()))
+    placed = sum(c for _, c in counts)
+    instances = _positive(doc.get("instances", placed), f"{where}.instances")
+    if placed != instances:
+        raise InvalidInput(f"{where}.nodes", f"holds {placed} instances, not {instances}")
+    return Allocation(
+        names["operator"],
+        names["resource"],
+        None if strategy is None else Strategy(strategy),
+        instances,
+        units,
+        counts,
+    )
+
+
+def read_allocations(value: Any, where: str = "allocations") -> tuple[Allocation, ...]:
+    """The ``allocations`` list of ``gpuplan plan -o json`` or a plan's status."""
+    if not isinstance(value, list):
+        raise InvalidInput(where, f"expected a list, got {type(value).__name__}")
+    return tuple(read_allocation(doc, f"{where}[{i}]") for i, doc in enumerate(value))
+
+
+Previous = dict[tuple[str, str], tuple[int, dict[str, int]]]  # (operator, resource) -> placement
+
+
+def previous_placements(allocations: tuple[Allocation, ...]) -> Previous:
+    """Where each request's instances were: (operator, resource) -> (units each, node -> count)."""
+    return {(a.operator, a.resource): (a.units, dict(a.nodes)) for a in allocations}
 
 
 @dataclass(frozen=True)
@@ -38,11 +108,17 @@ class Conflict:
     """Requests of one type that cannot be placed together (dropping any one of them helps)."""
 
     resource: str
+    kind: ConflictKind
     operators: tuple[str, ...]
     detail: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"resource": self.resource, "requests": list(self.operators), "detail": self.detail}
+        return {
+            "resource": self.resource,
+            "kind": self.kind.value,
+            "requests": list(self.operators),
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True)
@@ -50,8 +126,8 @@ class TypeStats:
     resource: str
     nodes: int
     requests: int
-    method: str  # fast-path | cp-sat | none
-    status: str
+    method: Method
+    status: SolveStatus
     seconds: float
     branches: int
     upper_bound: Fraction
@@ -61,8 +137,8 @@ class TypeStats:
             "resource": self.resource,
             "nodes": self.nodes,
             "requests": self.requests,
-            "method": self.method,
-            "status": self.status,
+            "method": self.method.value,
+            "status": self.status.value,
             "seconds": round(self.seconds, 4),
             "branches": self.branches,
         }

@@ -12,32 +12,17 @@ the requests that cannot fit together, such that dropping any one of them lets t
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from fractions import Fraction
 
-from planner.model import PlanSpec, Snapshot, Strategy
+from planner.codes import ConflictKind, Method, SolveStatus
+from planner.model import PlanSpec, Snapshot
 from planner.options import Item, TypeProblem, build_problems
 from planner.place import NodeCounts, Previous, greedy_place
 from planner.result import Allocation, Conflict, PlanResult, TypeStats
+from planner.result import Previous as PreviousPlan
 from planner.solver import Outcome, Progress, polish, solve
 
 CONFLICT_SECONDS = 10.0  # at most this long to shrink one type's conflict
-PreviousPlan = Mapping[tuple[str, str], tuple[int, Mapping[str, int]]]  # (op, res) -> placement
-
-
-def previous_from_allocations(
-    allocations: list[dict[str, object]],
-) -> dict[tuple[str, str], tuple[int, dict[str, int]]]:
-    """Read a previous plan in the contract's JSON shape (``-o json`` or a plan's status)."""
-    out: dict[tuple[str, str], tuple[int, dict[str, int]]] = {}
-    for a in allocations:
-        nodes = a.get("nodes") or {}
-        assert isinstance(nodes, dict)
-        out[str(a["operator"]), str(a["resource"])] = (
-            int(str(a["unitsPerInstance"])),
-            {str(k): int(v) for k, v in nodes.items()},
-        )
-    return out
 
 
 def free_summary(problem: TypeProblem) -> str:
@@ -66,7 +51,7 @@ def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool |
     if greedy_place(sub, [0] * len(subset)) is not None:
         return True
     out = solve(problem, seconds=seconds, subset=subset, optimize=False)
-    return {"infeasible": False, "unknown": None}.get(out.status, True)
+    return {SolveStatus.INFEASIBLE: False, SolveStatus.UNKNOWN: None}.get(out.status, True)
 
 
 def conflict(problem: TypeProblem, seconds: float = 10.0) -> Conflict:
@@ -81,7 +66,9 @@ def conflict(problem: TypeProblem, seconds: float = 10.0) -> Conflict:
     for it in problem.items:
         if not it.splits:
             why = "; ".join(f"{k}×{g}: {w}" for k, g, w in it.rejected) or "no split"
-            return Conflict(name, (it.label,), f"{it.label} has no admissible split ({why})")
+            return Conflict(
+                name, ConflictKind.NO_SPLIT, (it.label,), f"{it.label} has no admissible split ({why})"
+            )
     total_free = sum(f for _, f in problem.nodes)
     where = f"{len(problem.nodes)} usable nodes, free cards per node: {free_summary(problem)}"
     if sum(it.request.cards for it in problem.items) > total_free:
@@ -94,6 +81,7 @@ def conflict(problem: TypeProblem, seconds: float = 10.0) -> Conflict:
         cards = sum(p.request.cards for p in picked)
         return Conflict(
             name,
+            ConflictKind.OVERBOOKED,
             tuple(p.label for p in picked),
             f"together they need {cards} {name} cards, only {total_free} are free ({where})",
         )
@@ -117,7 +105,7 @@ def conflict(problem: TypeProblem, seconds: float = 10.0) -> Conflict:
     )
     if undecided:
         detail += " (not proven minimal within the time budget)"
-    return Conflict(name, tuple(it.label for it in items), detail)
+    return Conflict(name, ConflictKind.PACKING, tuple(it.label for it in items), detail)
 
 
 def _allocations(problem: TypeProblem, choice: list[int], nodes: list[NodeCounts]) -> list[Allocation]:
@@ -146,22 +134,22 @@ def solve_type(
     previous: Previous | None = None,
     polish_seconds: float = 0.5,
     progress: Progress | None = None,
-) -> tuple[Outcome, str]:
+) -> tuple[Outcome, Method]:
     """Solve one type; returns the outcome and the method that decided it."""
     start = time.monotonic()
     if any(not it.splits for it in problem.items):
-        return Outcome(status="infeasible"), "none"
+        return Outcome(status=SolveStatus.INFEASIBLE), Method.NONE
     if sum(it.request.cards for it in problem.items) > sum(f for _, f in problem.nodes):
-        return Outcome(status="infeasible"), "counting"
+        return Outcome(status=SolveStatus.INFEASIBLE), Method.COUNTING
     best = [0] * len(problem.items)
     placed = greedy_place(problem, best, previous)
     if placed is not None:
         ub = problem.upper_bound
-        out = Outcome("optimal", best, placed, ub, ub)
+        out = Outcome(SolveStatus.OPTIMAL, best, placed, ub, ub)
         if polish_seconds > 0 and _worth_polishing(problem, previous):
             polish(problem, out, polish_seconds, workers=workers, previous=previous)
         out.seconds = time.monotonic() - start
-        return out, "fast-path"
+        return out, Method.FAST_PATH
     out = solve(
         problem,
         seconds=seconds,
@@ -170,14 +158,13 @@ def solve_type(
         polish_seconds=polish_seconds,
         progress=progress,
     )
-    return out, "cp-sat"
+    return out, Method.CP_SAT
 
 
 def _worth_polishing(problem: TypeProblem, previous: Previous | None) -> bool:
     """Greedy placement is already good when nothing moved and no request wants concentrating."""
     return bool(previous) or any(
-        it.strategy in (Strategy.MACHINE, Strategy.SINGLE, Strategy.SPECIAL) and it.splits[0].instances > 1
-        for it in problem.items
+        (it.rule.concentrates or it.rule.spreads) and it.splits[0].instances > 1 for it in problem.items
     )
 
 
@@ -222,29 +209,28 @@ def plan(
                 problem.upper_bound,
             )
         )
-        if out.status == "infeasible":
+        if out.status is SolveStatus.INFEASIBLE:
             conflicts.append(conflict(problem, seconds=min(CONFLICT_SECONDS, share)))
             continue
         if out.choice is None or out.nodes is None:
+            detail = "no plan found within the time budget (not proven impossible)"
+            labels = tuple(it.label for it in problem.items)
+            conflicts.append(Conflict(problem.resource.name, ConflictKind.TIMEOUT, labels, detail))
             unknown.append(problem.resource.name)
-            optimal = False
-            bound += out.bound if out.bound is not None else problem.upper_bound
             continue
         allocations.extend(_allocations(problem, out.choice, out.nodes))
         assert out.score is not None and out.bound is not None
         score += out.score
         bound += out.bound
-        optimal = optimal and out.status == "optimal"
-    if conflicts or unknown:
-        reasons = [f"{c.resource}: {c.detail}" for c in conflicts]
-        reasons += [f"{r}: no plan found within the time budget (not proven impossible)" for r in unknown]
+        optimal = optimal and out.status is SolveStatus.OPTIMAL
+    if conflicts:
         return PlanResult(
             feasible=False,
             optimal=not unknown,
             score=None,
             bound=None,
             allocations=(),
-            reason="; ".join(reasons),
+            reason="; ".join(f"{c.resource}: {c.detail}" for c in conflicts),
             conflicts=tuple(conflicts),
             stats=tuple(stats),
             problems=tuple(problems),

@@ -33,7 +33,7 @@ from fractions import Fraction
 
 from ortools.sat.python import cp_model
 
-from planner.model import Strategy
+from planner.codes import SolveStatus
 from planner.options import TypeProblem
 from planner.place import NodeCounts, Previous
 
@@ -44,7 +44,7 @@ Progress = Callable[[str], None]
 class Outcome:
     """What one solve established."""
 
-    status: str  # optimal | feasible | infeasible | unknown
+    status: SolveStatus
     choice: list[int] | None = None
     nodes: list[NodeCounts] | None = None
     score: Fraction | None = None
@@ -152,8 +152,7 @@ class TypeModel:
         weight = len(self.problem.nodes) * max(1, len(self.items)) + 1
         terms: list[cp_model.LinearExprT] = []
         for it in self.items:
-            concentrate = it.strategy is Strategy.MACHINE
-            spread = it.strategy in (Strategy.SINGLE, Strategy.SPECIAL)
+            concentrate, spread = it.rule.concentrates, it.rule.spreads
             if concentrate or spread:
                 for node, _ in self.problem.nodes:
                     xs = [
@@ -235,11 +234,12 @@ def solve(
         tm.model.maximize(tm.objective)
     solver = _solver(seconds, workers)
     status = solver.solve(tm.model, _Reporter(tm, progress, start) if optimize else None)
-    out = Outcome(status="unknown", branches=solver.num_branches)
+    out = Outcome(status=SolveStatus.UNKNOWN, branches=solver.num_branches)
     if status == cp_model.INFEASIBLE:
-        out.status = "infeasible"
+        out.status = SolveStatus.INFEASIBLE
     elif status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        out.status = "optimal" if status == cp_model.OPTIMAL or not optimize else "feasible"
+        optimal = status == cp_model.OPTIMAL or not optimize
+        out.status = SolveStatus.OPTIMAL if optimal else SolveStatus.FEASIBLE
         out.choice, out.nodes = tm.read(solver)
         if optimize:
             best = round(solver.objective_value)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from planner.model import Request, ResourceType, Strategy
+from planner.model import Request, ResourceKind, ResourceType
 from planner.options import Item, TypeProblem, build_item
+from planner.strategies import Strategy
 
-P4 = ResourceType("P4", "GPU", "nvidia.com/gpu", (("gpuplan.ragnaros.io/gpu-type", "P4"),))
+P4 = ResourceType("P4", ResourceKind.GPU, "nvidia.com/gpu", (("gpuplan.ragnaros.io/gpu-type", "P4"),))
 
 
 def problem(
     free: list[int],
-    requests: list[tuple[str, int, int | None]],
+    requests: Sequence[tuple[str, int, int | None]],
     scoring: str = "v1",
 ) -> TypeProblem:
     """A one-type problem from node free cards and (strategy, cards, machineNum) requests."""

@@ -189,3 +189,15 @@ def test_previous_plan_keeps_instances_in_place(tmp_path, capsys) -> None:  # ty
     code, out, _ = run(tmp_path, capsys, doc, nodes, "-o", "json", "--previous", str(tmp_path / "prev.json"))
     assert code == 0
     assert json.loads(out)["allocations"][0]["nodes"] == {"p4-002": 1, "p4-003": 1}
+
+
+def test_a_broken_previous_plan_names_its_field(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = plan_doc({"security_pass": {"P4": 2}})
+    nodes = node_list([("p4-000", "P4", 8)])
+    bad = {
+        "allocations": [{"operator": "security_pass", "resource": "P4", "unitsPerInstance": "1", "nodes": {}}]
+    }
+    (tmp_path / "prev.json").write_text(json.dumps(bad))
+    code, out, err = run(tmp_path, capsys, doc, nodes, "--previous", str(tmp_path / "prev.json"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "allocations[0].unitsPerInstance" in err and "Traceback" not in err

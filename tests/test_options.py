@@ -6,13 +6,14 @@ from fractions import Fraction
 
 import pytest
 
-from planner.model import Request, Strategy
-from planner.options import build_item, score_v2
+from planner.model import Request
+from planner.options import build_item
+from planner.strategies import Strategy, score_v2
 
 
 def splits(
     strategy: str, cards: int, nodes: int, largest: int, machines: int | None = None, scoring: str = "v1"
-):  # type: ignore[no-untyped-def]
+) -> tuple[list[tuple[int, int, Fraction]], tuple[tuple[int, int, str], ...]]:
     item = build_item(0, Request("op", "P4", cards, machines), Strategy(strategy), nodes, largest, scoring)
     return [(s.instances, s.units, s.score) for s in item.splits], item.rejected
 

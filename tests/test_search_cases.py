@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 
-from planner.bruteforce import seed_greedy_check
+from planner.codes import Method
+from planner.options import TypeProblem
 from planner.search import conflict, solve_type
+from planner.solver import Outcome
+from tests.bruteforce import seed_greedy_check
 from tests.helpers import check_placement, problem
 
 
-def solved(free, requests, scoring="v1", **kw):  # type: ignore[no-untyped-def]
+def solved(
+    free: list[int], requests: Sequence[tuple[str, int, int | None]], scoring: str = "v1", **kw: Any
+) -> tuple[TypeProblem, Outcome, Method]:
     prob = problem(free, requests, scoring)
     out, method = solve_type(prob, 20.0, **kw)
     if out.choice is not None and out.nodes is not None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.bruteforce import exhaustive
 from planner.search import solve_type
+from tests.bruteforce import exhaustive
 from tests.helpers import check_placement, problem
 
 

@@ -20,12 +20,13 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 
 import kopf
 from prometheus_client import ProcessCollector, disable_created_metrics, start_http_server
 
-from gpuplan_operator.metrics import METRICS
+from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.service import Options
 
 FAULT_ENV = "GPUPLAN_FAULT_EXIT_AFTER_WRITES"
@@ -65,17 +66,41 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fault_hook() -> object | None:
-    limit = int(os.environ.get(FAULT_ENV, "0") or 0)
-    if limit <= 0:
-        return None
+class ExitAfterWrites:
+    """``$GPUPLAN_FAULT_EXIT_AFTER_WRITES=N``: die abruptly right after the N-th accepted write.
 
-    def hook(writes: int) -> None:
-        if writes >= limit:
-            print(f"gpuplan-operator: {FAULT_ENV}={limit} reached: exit", file=sys.stderr, flush=True)
+    Writes go out in parallel, so "right after the N-th" needs a gate: at most N writes are ever
+    started (one that fails frees its slot), a later one waits, and the process exits the moment
+    the N-th is accepted. The cluster then holds exactly N of the operator's writes.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.started, self.accepted = limit, 0, 0
+        self._lock = threading.Lock()
+
+    def before_write(self) -> None:
+        with self._lock:
+            blocked = self.started >= self.limit
+            if not blocked:
+                self.started += 1
+        if blocked:
+            threading.Event().wait()  # until the N-th write ends the process
+
+    def after_write(self, accepted: bool) -> None:
+        with self._lock:
+            if not accepted:
+                self.started -= 1
+                return
+            self.accepted += 1
+            done = self.accepted >= self.limit
+        if done:
+            print(f"gpuplan-operator: {FAULT_ENV}={self.limit} reached: exit", file=sys.stderr, flush=True)
             os._exit(137)
 
-    return hook
+
+def _fault_injection() -> ExitAfterWrites | None:
+    limit = int(os.environ.get(FAULT_ENV, "0") or 0)
+    return ExitAfterWrites(limit) if limit > 0 else None
 
 
 def metrics_port(flag: int | None, environ: Mapping[str, str] = os.environ) -> int:
@@ -93,12 +118,12 @@ def metrics_port(flag: int | None, environ: Mapping[str, str] = os.environ) -> i
     return value
 
 
-def serve_metrics(port: int, address: str) -> None:
+def serve_metrics(metrics: Metrics, port: int, address: str) -> None:
     """Prometheus metrics on ``address:port`` (a daemon thread; every path answers the metrics)."""
     # no *_created series: they double the output and no dashboard here reads them
     disable_created_metrics()  # type: ignore[no-untyped-call]
-    ProcessCollector(registry=METRICS.registry)  # CPU, memory, open files of this process
-    start_http_server(port, addr=address, registry=METRICS.registry)
+    ProcessCollector(registry=metrics.registry)  # CPU, memory, open files of this process
+    start_http_server(port, addr=address, registry=metrics.registry)
     logging.getLogger("gpuplan_operator").info("metrics on http://%s:%d/metrics", address, port)
 
 
@@ -127,9 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         resync=args.resync,
         ready_poll=args.ready_poll,
     )
-    memo = kopf.Memo(options=options, write_hook=_fault_hook())
+    metrics = Metrics()
+    memo = kopf.Memo(options=options, write_observer=_fault_injection(), metrics=metrics)
     if port:
-        serve_metrics(port, args.metrics_address)
+        serve_metrics(metrics, port, args.metrics_address)
     kopf.run(
         standalone=args.peering is None,
         peering_name=args.peering,

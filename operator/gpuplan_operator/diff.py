@@ -97,30 +97,11 @@ def node_label_changes(
     return changes
 
 
-def owner_reference(plan: Mapping[str, Any]) -> dict[str, Any]:
-    meta = plan["metadata"]
-    return {
-        "apiVersion": plan["apiVersion"],
-        "kind": plan["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
 def with_owner(manifest: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a rendered manifest that the plan owns (garbage-collected with it)."""
     out = dict(manifest)
     out["metadata"] = dict(manifest["metadata"]) | {"ownerReferences": [dict(owner)]}
     return out
-
-
-def controller_uid(obj: Mapping[str, Any]) -> str | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("uid"))
-    return None
 
 
 def foreign_owner(obj: Mapping[str, Any] | None, uid: str) -> str | None:

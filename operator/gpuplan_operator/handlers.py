@@ -6,8 +6,11 @@ Notes
 - The service is synchronous (the ``kubernetes`` client and the solver are); handlers run it in a
   thread with :func:`asyncio.to_thread`, so the event loop keeps serving watches, and bump the
   :class:`~.watch.ChangeFeed` from the loop's thread afterwards.
-- Invalid specs raise :class:`kopf.PermanentError` (status already says why): no retries until the
-  spec changes. Apply errors raise :class:`kopf.TemporaryError` and are retried with a delay.
+- The service returns an :class:`~.service.Outcome`; only the create/update/resume handlers turn
+  it into what kopf understands (:func:`_tell_kopf`): Invalid raises :class:`kopf.PermanentError`
+  (status already says why; no retries until the spec changes), Error raises
+  :class:`kopf.TemporaryError` (retried with a delay). The per-plan daemon reads outcomes as
+  values and never goes through exceptions.
 - Nodes are watched with an event handler, never a daemon or timer, so no finalizer lands on them.
   Each plan has a daemon that waits on the feed and re-plans after a burst settles; daemons also
   poll readiness while pods are pending and re-plan Infeasible/Error plans every ``resync``.
@@ -22,20 +25,21 @@ from typing import Any, cast
 
 import kopf
 
-from gpuplan_operator import GROUP, PLURAL, VERSION
-from gpuplan_operator import status as st
+from gpuplan_operator.body import PlanBody
 from gpuplan_operator.kube import Kube, load_api_client
-from gpuplan_operator.metrics import Trigger
+from gpuplan_operator.metrics import Metrics, Trigger
 from gpuplan_operator.service import Options, Outcome, PlanService
+from gpuplan_operator.status import Phase
 from gpuplan_operator.watch import ChangeFeed, NodeTracker
+from planner.vocab import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("gpuplan_operator")
 PLAN = (GROUP, VERSION, PLURAL)
 
 
-def post_event(plan: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+def post_event(plan: PlanBody, type_: str, reason: str, message: str) -> None:
     """Kubernetes Event on the plan (kopf queues it; safe from the service's worker thread)."""
-    kopf.event(cast(kopf.Body, plan), type=type_, reason=reason, message=message[:1000])
+    kopf.event(cast(kopf.Body, plan.raw), type=type_, reason=reason, message=message[:1000])
 
 
 @kopf.on.startup()
@@ -49,44 +53,46 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.watching.server_timeout = 300  # re-open watches regularly (kopf #1276)
     settings.watching.client_timeout = 330
     options = memo.get("options") or Options()
-    kube = Kube(load_api_client())
-    hook = memo.get("write_hook")
-    if hook is not None:
-        kube.write_hook = hook
+    kube = Kube(load_api_client(), observer=memo.get("write_observer"))
     memo.options = options
-    memo.service = PlanService(kube, options, post_event)
+    memo.service = PlanService(kube, options, post_event, metrics=memo.get("metrics") or Metrics())
     memo.feed = ChangeFeed()
     memo.nodes = NodeTracker()
 
 
 async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str, trigger: Trigger) -> Outcome | None:
+    """Reconcile in a worker thread; wake the other plans when this one's placement moved."""
     service: PlanService = memo.service
     assert namespace is not None  # plans are namespaced
     outcome = await asyncio.to_thread(service.reconcile, namespace, name, trigger)
-    if outcome is None:
-        return None
-    if outcome.moved:
+    if outcome is not None and outcome.moved:
         await memo.feed.bump(origin=f"{namespace}/{name}")
-    if outcome.phase == st.INVALID:
-        raise kopf.PermanentError(outcome.message)
-    if outcome.phase == st.ERROR:
-        raise kopf.TemporaryError(outcome.message, delay=min(memo.options.resync, 10.0))
     return outcome
+
+
+def _tell_kopf(outcome: Outcome | None, memo: kopf.Memo) -> None:
+    """An outcome as kopf's handler protocol: Invalid stops retrying, Error retries."""
+    if outcome is None:
+        return
+    if outcome.phase is Phase.INVALID:
+        raise kopf.PermanentError(outcome.message)
+    if outcome.phase is Phase.ERROR:
+        raise kopf.TemporaryError(outcome.message, delay=min(memo.options.resync, 10.0))
 
 
 @kopf.on.create(*PLAN)
 async def plan_created(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
-    await _reconcile(memo, namespace, name, Trigger.CREATED)
+    _tell_kopf(await _reconcile(memo, namespace, name, Trigger.CREATED), memo)
 
 
 @kopf.on.update(*PLAN, field="spec")
 async def plan_updated(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
-    await _reconcile(memo, namespace, name, Trigger.SPEC_CHANGED)
+    _tell_kopf(await _reconcile(memo, namespace, name, Trigger.SPEC_CHANGED), memo)
 
 
 @kopf.on.resume(*PLAN)
 async def plan_resumed(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
-    await _reconcile(memo, namespace, name, Trigger.RESUMED)
+    _tell_kopf(await _reconcile(memo, namespace, name, Trigger.RESUMED), memo)
 
 
 @kopf.on.delete(*PLAN)
@@ -116,10 +122,9 @@ async def follow_cluster(
     assert namespace is not None  # plans are namespaced
     me = f"{namespace}/{name}"
     seen = feed.version
-    phase, ready = st.APPLIED, False  # until the first check says otherwise: poll soon
+    phase, ready = Phase.APPLIED, False  # until the first check says otherwise: poll soon
     while not stopped:
-        failing = phase in (st.INFEASIBLE, st.ERROR)
-        wait = options.ready_poll if phase == st.APPLIED and not ready else options.resync
+        wait = options.ready_poll if phase is Phase.APPLIED and not ready else options.resync
         changed = await _wait(feed, seen, wait, stopped)
         if stopped:
             break
@@ -131,20 +136,14 @@ async def follow_cluster(
                 if origins == {me}:
                     continue  # only our own placement changed: nothing new to plan against
                 why = Trigger.NODES_CHANGED if None in origins else Trigger.PLANS_CHANGED
-                outcome = await _replan(memo, namespace, name, why)
-            elif failing:
-                outcome = await _replan(memo, namespace, name, Trigger.RETRY)
+                outcome = await _reconcile(memo, namespace, name, why)
+            elif phase in (Phase.INFEASIBLE, Phase.ERROR):
+                outcome = await _reconcile(memo, namespace, name, Trigger.RETRY)
             else:
                 outcome = await asyncio.to_thread(service.refresh_readiness, namespace, name)
-        except kopf.PermanentError:
-            phase = st.INVALID  # status says why; wait for the spec to change
-            continue
-        except kopf.TemporaryError:
-            phase = st.ERROR  # retried every resync, and by kopf
-            continue
-        except Exception:  # an API hiccup: log it loudly and try again at the next resync
+        except Exception:  # an API hiccup outside a reconcile: log it loudly, try again at the next resync
             log.exception("%s: re-plan failed", me)
-            phase = st.ERROR
+            phase = Phase.ERROR
             continue
         if outcome is not None:
             phase, ready = outcome.phase, outcome.ready
@@ -158,7 +157,3 @@ async def _wait(feed: ChangeFeed, seen: int, timeout: float, stopped: kopf.Daemo
     for task in pending:
         task.cancel()
     return changed in done and bool(changed.result())
-
-
-async def _replan(memo: kopf.Memo, namespace: str | None, name: str, trigger: Trigger) -> Outcome | None:
-    return await _reconcile(memo, namespace, name, trigger)

@@ -10,16 +10,18 @@ pool, and speaks JSON paths directly. Errors are the client's own
 :class:`kubernetes.client.exceptions.ApiException`, raised for every non-2xx answer, so callers
 never mistake a failure for success.
 
-One instance is built at start-up (kept in kopf's ``memo``) and shared by the handler threads;
-urllib3's pool is thread-safe.
+One instance is built at start-up (kept in kopf's ``memo``) and shared by the handler threads
+and the apply's writer threads; urllib3's pool is thread-safe. :class:`KubeApi` is the interface
+the rest of the operator needs, so a test's in-memory API server stands in without type-ignore comments.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
 from kubernetes import client, config
@@ -48,10 +50,6 @@ def _query_value(value: Any) -> Any:
     return str(value).lower() if isinstance(value, bool) else value
 
 
-def not_found(error: BaseException) -> bool:
-    return isinstance(error, ApiException) and error.status == 404
-
-
 def api_error_message(error: ApiException) -> str:
     """The API server's own one-line message (``Status.message``) rather than headers and all."""
     try:
@@ -74,14 +72,30 @@ def path_for(api_version: str, plural: str, name: str | None = None, namespace: 
     return base
 
 
-class Kube:
-    """JSON requests with the client's credentials. Counts writes (see ``write_hook``)."""
+class KubeApi(Protocol):
+    """What the operator asks of an API server: JSON reads, merge patches, applies and deletes."""
 
-    def __init__(self, api_client: client.ApiClient, timeout: float = 30.0) -> None:
-        self.api = api_client
-        self.timeout = timeout
-        self.writes = 0
-        self.write_hook: Any = None  # called after every successful write (fault injection)
+    def get(self, path: str, **query: Any) -> JSON: ...
+
+    def get_or_none(self, path: str) -> JSON | None: ...
+
+    def merge_patch(self, path: str, body: Mapping[str, Any], field_manager: str) -> JSON: ...
+
+    def apply(self, path: str, manifest: Mapping[str, Any], field_manager: str) -> JSON: ...
+
+    def delete(self, path: str, propagation: str = "Background") -> bool: ...
+
+
+class WriteObserver(Protocol):
+    """Told about every write (fault injection in tests: die right after the N-th one)."""
+
+    def before_write(self) -> None: ...
+
+    def after_write(self, accepted: bool) -> None: ...
+
+
+class RestVerbs:
+    """The operator's verbs on one ``request`` method: the real transport, or a test's fake server."""
 
     def request(
         self,
@@ -92,27 +106,7 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> JSON:
-        """One request; the decoded JSON answer, or :class:`ApiException` for non-2xx."""
-        url = self.api.configuration.host + path
-        params = {k: v for k, v in (query or {}).items() if v is not None}
-        if params:
-            url += "?" + urlencode({k: _query_value(v) for k, v in params.items()})
-        headers = dict(self.api.default_headers)
-        headers["Accept"] = "application/json"
-        headers["Content-Type"] = content_type
-        self.api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
-        # the REST layer serialises a dict as JSON for JSON and structured-YAML content types
-        response = self.api.rest_client.request(  # type: ignore[no-untyped-call]
-            method, url, headers=headers, body=body, _request_timeout=self.timeout
-        )
-        data = response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
-        if method != "GET":
-            self.writes += 1
-            if self.write_hook is not None:
-                self.write_hook(self.writes)
-        return json.loads(data) if data else {}
+        raise NotImplementedError
 
     def get(self, path: str, **query: Any) -> JSON:
         return self.request("GET", path, query=query)
@@ -149,3 +143,55 @@ class Kube:
                 return False
             raise
         return True
+
+
+class Kube(RestVerbs):
+    """JSON requests with the client's credentials; an optional observer sees every write."""
+
+    def __init__(
+        self, api_client: client.ApiClient, timeout: float = 30.0, observer: WriteObserver | None = None
+    ) -> None:
+        self.api = api_client
+        self.timeout = timeout
+        self.observer = observer
+        self.writes = 0  # accepted writes, for logs and tests
+        self._count = threading.Lock()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> JSON:
+        """One request; the decoded JSON answer, or :class:`ApiException` for non-2xx."""
+        url = self.api.configuration.host + path
+        params = {k: v for k, v in (query or {}).items() if v is not None}
+        if params:
+            url += "?" + urlencode({k: _query_value(v) for k, v in params.items()})
+        headers = dict(self.api.default_headers)
+        headers["Accept"] = "application/json"
+        headers["Content-Type"] = content_type
+        self.api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
+        observed = self.observer if method != "GET" else None
+        if observed is not None:
+            observed.before_write()
+        accepted = False
+        try:
+            # the REST layer serialises a dict as JSON for JSON and structured-YAML content types
+            response = self.api.rest_client.request(  # type: ignore[no-untyped-call]
+                method, url, headers=headers, body=body, _request_timeout=self.timeout
+            )
+            data = response.read()
+            if not 200 <= response.status <= 299:
+                raise ApiException(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
+            accepted = True
+            if method != "GET":
+                with self._count:
+                    self.writes += 1
+        finally:
+            if observed is not None:
+                observed.after_write(accepted)
+        return json.loads(data) if data else {}

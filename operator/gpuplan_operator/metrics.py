@@ -1,10 +1,11 @@
-"""Pure: the operator's Prometheus metrics, on a registry of their own, and how they are recorded.
+"""The operator's Prometheus metrics, on a registry of their own, and how they are recorded.
 
 Notes
 -----
 Every metric lives on :attr:`Metrics.registry`, never on ``prometheus_client``'s global default
-registry: the process serves :data:`METRICS` (``python -m gpuplan_operator --metrics-port N``),
-and each test builds its own :class:`Metrics` so values never leak from one test to another.
+registry: ``python -m gpuplan_operator`` builds one :class:`Metrics` at start-up, keeps it in
+kopf's memo and serves it (``--metrics-port N``); each test builds its own, so values never leak
+from one test to another. No I/O here besides what ``prometheus_client`` does when served.
 
 The service records; handlers never do. What is recorded, and when:
 
@@ -13,7 +14,7 @@ The service records; handlers never do. What is recorded, and when:
 - ``gpuplan_plan_duration_seconds``: the whole reconcile (reads, planning, apply, status);
   ``gpuplan_planner_seconds``: the planner call alone.
 - ``gpuplan_planner_branches{method}``: one observation per GPU type searched, its search
-  branches, labelled with the method that decided it (``fast-path``, ``cp-sat``, ``none``). A
+  branches, labelled with the method that decided it (:class:`planner.codes.Method`). A
   histogram rather than a per-plan gauge: it aggregates over plans and re-plans (how often the
   fast path answers, how deep CP-SAT goes), costs no series per plan, and needs no clean-up.
 - ``gpuplan_plans{phase}``, ``gpuplan_cards_placed`` and ``gpuplan_cards_requested``: from the
@@ -23,6 +24,8 @@ The service records; handlers never do. What is recorded, and when:
   by the kind written; a reconcile with nothing to change adds nothing.
 - ``gpuplan_apply_errors_total{kind}``: failed steps of an apply or a clean-up (an API error or a
   conflict with another owner), by the kind of object that step was writing.
+- ``gpuplan_conflicts_total{kind}``: each conflict an Infeasible reconcile reports, by its
+  :class:`planner.codes.ConflictKind` (also the ``Planned`` condition's reason).
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpuplan_operator.status import PHASES
+from gpuplan_operator.status import Phase
+from planner.codes import ConflictKind
 from planner.result import PlanResult
+from planner.vocab import CONFIGMAP, DEPLOYMENT, NODE, POD, PRIORITY_CLASS
 
 
 class Trigger(StrEnum):
@@ -51,7 +56,6 @@ class Trigger(StrEnum):
 
 
 # kinds of ``gpuplan_writes_total`` / ``gpuplan_apply_errors_total``
-NODE, PRIORITY_CLASS, CONFIGMAP, DEPLOYMENT, POD = "Node", "PriorityClass", "ConfigMap", "Deployment", "Pod"
 PLAN_STATUS = "GpuAllocationPlan/status"
 WRITTEN_KINDS = (NODE, PRIORITY_CLASS, CONFIGMAP, DEPLOYMENT, PLAN_STATUS)
 APPLIED_KINDS = (NODE, PRIORITY_CLASS, CONFIGMAP, DEPLOYMENT, POD)
@@ -101,15 +105,20 @@ class Metrics:
         self.cards_requested = Gauge(
             "gpuplan_cards_requested", "Cards the plan's spec requests.", ["namespace", "plan"], registry=r
         )
+        self.conflicts = Counter(
+            "gpuplan_conflicts", "Conflicts reported by Infeasible reconciles, by kind.", ["kind"], registry=r
+        )
         # every series that can exist without a plan starts at 0, so rates and alerts see it
-        for phase in PHASES:
-            self.plans.labels(phase)
+        for phase in Phase:
+            self.plans.labels(phase.value)
         for reason in Trigger:
             self.replans.labels(reason.value)
         for kind in WRITTEN_KINDS:
             self.writes.labels(kind)
         for kind in APPLIED_KINDS:
             self.apply_errors.labels(kind)
+        for conflict in ConflictKind:
+            self.conflicts.labels(conflict.value)
         self._lock = threading.Lock()
         self._phases: dict[tuple[str, str], str] = {}
 
@@ -127,7 +136,9 @@ class Metrics:
         """The planner answered after ``seconds``; its per-type search statistics."""
         self.planner_seconds.observe(seconds)
         for stats in result.stats:
-            self.planner_branches.labels(stats.method).observe(stats.branches)
+            self.planner_branches.labels(stats.method.value).observe(stats.branches)
+        for conflict in result.conflicts:
+            self.conflicts.labels(conflict.kind.value).inc()
 
     # --- plans --------------------------------------------------------------------------------
 
@@ -152,7 +163,7 @@ class Metrics:
                 gauge.remove(namespace, name)
 
     def _count_phases(self) -> None:
-        counts = dict.fromkeys(PHASES, 0)
+        counts = {p.value: 0 for p in Phase}
         for phase in self._phases.values():
             counts[phase] = counts.get(phase, 0) + 1
         for phase, count in counts.items():
@@ -168,6 +179,3 @@ class Metrics:
     def apply_failed(self, kind: str) -> None:
         """A step writing ``kind`` failed (API error, or the object belongs to someone else)."""
         self.apply_errors.labels(kind).inc()
-
-
-METRICS = Metrics()  # the process's metrics, served by ``python -m gpuplan_operator --metrics-port``

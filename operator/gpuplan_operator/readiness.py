@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuplan_operator.status import Readiness
+from gpuplan_operator.status import Readiness, Reason
 
 
 def _matches(pod: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
@@ -52,7 +52,7 @@ def readiness(
     deployments: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], label_key: str, deploy: bool
 ) -> Readiness:
     if not deploy:
-        return Readiness(True, "NoPods", "deploy is false: the flamewakers ConfigMap is the output")
+        return Readiness(True, Reason.NO_PODS, "deploy is false: the flamewakers ConfigMap is the output")
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
     want = scheduled = 0
     pending: list[str] = []
@@ -78,8 +78,12 @@ def readiness(
         if missing > 0:
             pending.append(f"{dep['metadata']['name']}: {missing} pod(s) not created yet")
     if misplaced:
-        return Readiness(False, "Misplaced", f"pods not on their planned node: {'; '.join(misplaced[:5])}")
+        return Readiness(
+            False, Reason.MISPLACED, f"pods not on their planned node: {'; '.join(misplaced[:5])}"
+        )
     if scheduled >= want:
-        return Readiness(True, "AllScheduled", f"{scheduled}/{want} pods scheduled on their planned nodes")
+        return Readiness(
+            True, Reason.ALL_SCHEDULED, f"{scheduled}/{want} pods scheduled on their planned nodes"
+        )
     detail = "; ".join(pending[:5]) + (f"; and {len(pending) - 5} more" if len(pending) > 5 else "")
-    return Readiness(False, "Pending", f"{scheduled}/{want} pods scheduled; pending: {detail}")
+    return Readiness(False, Reason.PENDING, f"{scheduled}/{want} pods scheduled; pending: {detail}")

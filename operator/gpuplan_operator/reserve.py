@@ -22,35 +22,35 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuplan_operator.naming import label_key_of
-from planner.render import DOMAIN, MANAGED_BY
+from gpuplan_operator.body import PlanBody
+from planner.result import Allocation
+from planner.vocab import MANAGED_BY, is_plan_label_key
 
 Units = dict[str, dict[str, int]]  # node -> resource name -> units
 
 _SNAPSHOT_SCALE = {"cpu": 1000}
 
 
-def applied_units(allocations: Iterable[Mapping[str, Any]], resource_names: Mapping[str, str]) -> Units:
-    """``status.applied.units`` from contract-shaped allocations and the plan's resource names."""
+def applied_units(allocations: Iterable[Allocation], resource_names: Mapping[str, str]) -> Units:
+    """``status.applied.units`` from a plan's allocations and its resource names."""
     out: Units = {}
     for a in allocations:
-        rname = resource_names.get(str(a["resource"]))
+        rname = resource_names.get(a.resource)
         if rname is None:
             continue
-        per = int(a["unitsPerInstance"])
-        for node, count in (a.get("nodes") or {}).items():
-            slot = out.setdefault(str(node), {})
-            slot[rname] = slot.get(rname, 0) + per * int(count)
+        for node, count in a.nodes:
+            slot = out.setdefault(node, {})
+            slot[rname] = slot.get(rname, 0) + a.units * count
     return {n: dict(sorted(r.items())) for n, r in sorted(out.items())}
 
 
-def reserved_by_others(plans: Iterable[Mapping[str, Any]], uid: str) -> Units:
+def reserved_by_others(plans: Iterable[PlanBody], uid: str) -> Units:
     """Sum of every other plan's applied units, in snapshot units."""
     out: Units = {}
     for plan in plans:
-        if (plan.get("metadata") or {}).get("uid") == uid:
+        if plan.uid == uid:
             continue
-        units = ((plan.get("status") or {}).get("applied") or {}).get("units") or {}
+        units = (plan.status.get("applied") or {}).get("units") or {}
         for node, resources in units.items():
             for rname, n in (resources or {}).items():
                 slot = out.setdefault(str(node), {})
@@ -58,13 +58,8 @@ def reserved_by_others(plans: Iterable[Mapping[str, Any]], uid: str) -> Units:
     return out
 
 
-def plan_keys(plans: Iterable[Mapping[str, Any]]) -> set[str]:
-    keys = set()
-    for plan in plans:
-        meta = plan.get("metadata") or {}
-        if meta.get("name") and meta.get("namespace"):
-            keys.add(label_key_of(str(meta["namespace"]), str(meta["name"])))
-    return keys
+def plan_keys(plans: Iterable[PlanBody]) -> set[str]:
+    return {plan.label_key for plan in plans if plan.name and plan.namespace}
 
 
 def accounted_by_a_plan(pod: Mapping[str, Any], keys: set[str]) -> bool:
@@ -73,7 +68,7 @@ def accounted_by_a_plan(pod: Mapping[str, Any], keys: set[str]) -> bool:
     if all(labels.get(k) == v for k, v in MANAGED_BY.items()):
         return True
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-    return any(k in keys for k in selector if k.startswith(f"{DOMAIN}/"))
+    return any(k in keys for k in selector if is_plan_label_key(k))
 
 
 def foreign_pods(pods_doc: Mapping[str, Any], keys: set[str]) -> dict[str, Any]:
@@ -82,12 +77,12 @@ def foreign_pods(pods_doc: Mapping[str, Any], keys: set[str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def priority_classes_in_use(plans: Iterable[Mapping[str, Any]], uid: str) -> set[str]:
+def priority_classes_in_use(plans: Iterable[PlanBody], uid: str) -> set[str]:
     """PriorityClasses other plans applied (a plan being deleted still counts until it is gone)."""
     out: set[str] = set()
     for plan in plans:
-        if (plan.get("metadata") or {}).get("uid") == uid:
+        if plan.uid == uid:
             continue
-        applied = (plan.get("status") or {}).get("applied") or {}
+        applied = plan.status.get("applied") or {}
         out.update(str(n) for n in applied.get("priorityClasses") or [])
     return out

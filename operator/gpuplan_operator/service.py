@@ -1,4 +1,4 @@
-"""Reconcile one plan: snapshot -> plan -> render -> apply the difference -> status.
+"""Reconcile one plan, one way: read the cluster -> plan -> compute the writes -> perform -> status.
 
 Notes
 -----
@@ -9,11 +9,15 @@ a solver), so serialising costs little and makes "never double-book" hold by con
 
 Each reconcile reads the plan afresh from the API server instead of trusting the body an event
 carried: a node-triggered re-plan must see the status the last reconcile wrote, or it would plan
-from a stale ``previous`` and move instances for nothing.
+from a stale ``previous`` and move instances for nothing. The plan becomes a
+:class:`~.body.PlanBody` right there and stays one.
 
-Results, not exceptions, leave this module: :class:`Outcome` says what happened and the thin
-handlers decide what kopf should do (retry on Error, stop on Invalid). API errors are caught only
-to record them in status as ``phase: Error``; they are never swallowed silently.
+The flow does not double back: reads happen first (:mod:`.cluster`), what to write is computed
+without I/O (:mod:`.writes`), the writes are performed (:mod:`.apply`), and the status is derived
+from what happened (:mod:`.status`). Results, not exceptions, leave this module: an
+:class:`Outcome` says what happened and the thin handlers decide what kopf should do (retry on
+Error, stop on Invalid). API errors are caught only to record them in status as ``phase: Error``;
+they are never swallowed silently.
 
 Metrics (:mod:`.metrics`) are recorded here and in :mod:`.apply`: each reconcile by its
 :class:`~.metrics.Trigger`, its duration and the planner's, the status it ends with, every write.
@@ -32,23 +36,25 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpuplan_operator import cluster, reserve
-from gpuplan_operator import metrics as m
 from gpuplan_operator import status as st
-from gpuplan_operator.apply import Changes, Conflict, apply_desired, remove_all
-from gpuplan_operator.kube import Kube, api_error_message
-from gpuplan_operator.metrics import Metrics, Trigger
-from gpuplan_operator.naming import configmap_name, label_key_of
+from gpuplan_operator.apply import perform
+from gpuplan_operator.body import PlanBody
+from gpuplan_operator.kube import KubeApi, api_error_message
+from gpuplan_operator.metrics import PLAN_STATUS, Metrics, Trigger
 from gpuplan_operator.readiness import readiness
+from gpuplan_operator.status import Phase, Reason
+from gpuplan_operator.writes import Changes, OwnershipConflict, apply_writes, cleanup_writes
 from planner.errors import InvalidInput
+from planner.model import PlanSpec
 from planner.parse import parse_spec, snapshot
 from planner.render import Desired, render_desired
-from planner.result import PlanResult
+from planner.result import PlanResult, Previous, previous_placements, read_allocations
 from planner.search import plan as make_plan
-from planner.search import previous_from_allocations
+from planner.vocab import POD
 
 log = logging.getLogger("gpuplan_operator")
 
-EventFn = Callable[[Mapping[str, Any], str, str, str], None]  # (plan, type, reason, message)
+EventFn = Callable[[PlanBody, str, str, str], None]  # (plan, type, reason, message)
 
 
 def now_iso() -> str:
@@ -69,15 +75,10 @@ class Options:
 
 @dataclass(frozen=True)
 class Outcome:
-    phase: str
+    phase: Phase
     message: str
     moved: bool = False  # the plan's applied placement changed: other plans may re-plan
     ready: bool = False
-
-
-def _meta(plan: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta: Mapping[str, Any] = plan.get("metadata") or {}
-    return meta
 
 
 class PlanService:
@@ -85,7 +86,7 @@ class PlanService:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         options: Options,
         events: EventFn,
         clock: Callable[[], str] = now_iso,
@@ -95,39 +96,37 @@ class PlanService:
         self.options = options
         self.events = events
         self.clock = clock
-        self.metrics = metrics if metrics is not None else m.METRICS
+        self.metrics = metrics if metrics is not None else Metrics()
         self.lock = threading.Lock()
 
     # --- status -----------------------------------------------------------------------------
 
-    def _write_status(self, plan: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-        old = plan.get("status") or {}
-        patch = st.status_patch(old, new)
+    def _write_status(self, plan: PlanBody, new: Mapping[str, Any]) -> bool:
+        patch = st.status_patch(plan.status, new)
         if patch is None:
             return False
-        meta = _meta(plan)
-        cluster.patch_plan_status(self.kube, meta["namespace"], meta["name"], patch)
-        self.metrics.wrote(m.PLAN_STATUS)
+        cluster.patch_plan_status(self.kube, plan.namespace, plan.name, patch)
+        self.metrics.wrote(PLAN_STATUS)
         return True
 
-    def _finish(
-        self, plan: Mapping[str, Any], new: Mapping[str, Any], outcome: Outcome, reason: str, warn: bool
-    ) -> Outcome:
-        meta = _meta(plan)
-        self.metrics.plan_status(meta["namespace"], meta["name"], new)
+    def _finish(self, plan: PlanBody, new: Mapping[str, Any], reason: str, warn: bool) -> Outcome:
+        """Write a status that ends a reconcile without an apply; an event when it changed."""
+        outcome = Outcome(Phase(new["phase"]), str(new["message"]))
+        self.metrics.plan_status(plan.namespace, plan.name, new)
         if self._write_status(plan, new):
             self.events(plan, "Warning" if warn else "Normal", reason, outcome.message)
-            log.info("%s/%s: %s: %s", meta["namespace"], meta["name"], outcome.phase, outcome.message)
+            log.info("%s: %s: %s", plan.ref, outcome.phase, outcome.message)
         return outcome
 
     # --- reconcile --------------------------------------------------------------------------
 
-    def _live_plan(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def _live_plan(self, namespace: str, name: str) -> PlanBody | None:
         """The plan as it is now, or None when it is gone or being deleted (the finalizer's job)."""
-        plan = cluster.read_plan(self.kube, namespace, name)
-        if plan is None or _meta(plan).get("deletionTimestamp"):
+        obj = cluster.read_plan(self.kube, namespace, name)
+        if obj is None:
             return None
-        return plan
+        plan = PlanBody.from_object(obj)
+        return None if plan.deleting else plan
 
     def reconcile(self, namespace: str, name: str, trigger: Trigger = Trigger.RESUMED) -> Outcome | None:
         """Bring one plan's outputs and status up to date; None when the plan is gone.
@@ -146,129 +145,119 @@ class PlanService:
                 except ApiException as e:  # reading the cluster failed: say so in status, then retry
                     return self._api_failure(plan, e)
 
-    def _api_failure(self, plan: dict[str, Any], error: ApiException) -> Outcome:
-        meta = _meta(plan)
-        fresh = cluster.read_plan(self.kube, meta["namespace"], meta["name"]) or plan
-        new = st.error_status(fresh.get("status") or {}, int(meta.get("generation") or 0),
-                              api_error_message(error), self.clock())  # fmt: skip
-        return self._finish(fresh, new, Outcome(st.ERROR, new["message"]), "ApiError", warn=True)
+    def _api_failure(self, plan: PlanBody, error: ApiException) -> Outcome:
+        obj = cluster.read_plan(self.kube, plan.namespace, plan.name)
+        fresh = PlanBody.from_object(obj) if obj is not None else plan
+        new = st.error_status(fresh.status, plan.generation, api_error_message(error), self.clock())
+        return self._finish(fresh, new, Reason.API_ERROR, warn=True)
 
-    def _reconcile(self, plan: dict[str, Any]) -> Outcome:
-        meta = _meta(plan)
-        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
-        generation = int(meta.get("generation") or 0)
-        old = plan.get("status") or {}
+    def _mark_planning(self, plan: PlanBody) -> PlanBody:
+        """A new generation shows ``Planning`` while it is planned (the rest of status stays)."""
+        if (
+            plan.status.get("observedGeneration") == plan.generation
+            or plan.status.get("phase") == Phase.PLANNING
+        ):
+            return plan
+        planning = st.planning_status(plan.status, plan.generation)
+        return plan.with_status(planning) if self._write_status(plan, planning) else plan
+
+    def _reconcile(self, plan: PlanBody) -> Outcome:
         now = self.clock()
         try:
-            spec = parse_spec(plan.get("spec") or {}, name=name, namespace=namespace)
+            spec = parse_spec(plan.spec, name=plan.name, namespace=plan.namespace)
         except InvalidInput as e:
-            new = st.invalid_status(old, generation, str(e), now)
-            return self._finish(plan, new, Outcome(st.INVALID, new["message"]), "Invalid", warn=True)
+            return self._finish(plan, st.invalid_status(plan.status, plan.generation, str(e), now),
+                                Reason.INVALID, warn=True)  # fmt: skip
+        plan = self._mark_planning(plan)
 
-        if old.get("observedGeneration") != generation and old.get("phase") != st.PLANNING:
-            planning = st.planning_status(old, generation)
-            if self._write_status(plan, planning):
-                plan["status"] = old = planning
-
-        plans = cluster.list_plans(self.kube)
-        nodes = cluster.list_nodes(self.kube)
-        pods = reserve.foreign_pods(cluster.list_active_pods(self.kube), reserve.plan_keys(plans))
+        read = cluster.read_cluster(self.kube)
+        pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans))
         try:
-            snap = snapshot(nodes, pods, reserve.reserved_by_others(plans, uid))
+            snap = snapshot(read.nodes, pods, reserve.reserved_by_others(read.plans, plan.uid))
         except InvalidInput as e:  # the cluster, not the spec: e.g. no nodes at all
-            new = st.infeasible_status(old, generation, f"cluster snapshot: {e}", now)
-            return self._finish(plan, new, Outcome(st.INFEASIBLE, new["message"]), "Infeasible", warn=True)
+            new = st.infeasible_status(plan.status, plan.generation, f"cluster snapshot: {e}", now)
+            return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
 
+        result = self._plan(spec, snap, _previous(plan.status))
+        if not result.feasible:
+            reason = result.reason or "unknown reason"
+            conflicts = [c.to_json() for c in result.conflicts]
+            kind = result.conflicts[0].kind if result.conflicts else Reason.INFEASIBLE
+            new = st.infeasible_status(plan.status, plan.generation, reason, now, conflicts, kind)
+            return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
+        try:
+            desired = render_desired(spec, result)
+        except InvalidInput as e:  # e.g. an operator's JSON patch does not apply
+            return self._finish(plan, st.invalid_status(plan.status, plan.generation, str(e), now),
+                                Reason.INVALID, warn=True)  # fmt: skip
+        if spec.dry_run:
+            new = st.dry_run_status(plan.status, plan.generation, result, now)
+            return self._finish(plan, new, Reason.DRY_RUN, warn=False)
+        in_use = reserve.priority_classes_in_use(read.plans, plan.uid)
+        return self._apply(plan, spec, result, desired, read.nodes["items"], in_use)
+
+    def _plan(self, spec: PlanSpec, snap: Any, previous: Previous | None) -> PlanResult:
         started = time.perf_counter()
         result = make_plan(
             spec,
             snap,
             seconds=self.options.plan_seconds,
-            previous=self._previous(old),
+            previous=previous,
             polish_seconds=self.options.polish_seconds,
         )
         self.metrics.planned(time.perf_counter() - started, result)
-        if not result.feasible:
-            conflicts = [c.to_json() for c in result.conflicts]
-            new = st.infeasible_status(old, generation, result.reason or "unknown reason", now, conflicts)
-            return self._finish(plan, new, Outcome(st.INFEASIBLE, new["message"]), "Infeasible", warn=True)
-        try:
-            desired = render_desired(spec, result)
-        except InvalidInput as e:  # e.g. an operator's JSON patch does not apply
-            new = st.invalid_status(old, generation, str(e), now)
-            return self._finish(plan, new, Outcome(st.INVALID, new["message"]), "Invalid", warn=True)
-
-        if spec.dry_run:
-            new = st.dry_run_status(old, generation, result, now)
-            return self._finish(plan, new, Outcome(st.PLANNING, new["message"]), "DryRun", warn=False)
-        names = {r.name: r.resource_name for r in spec.resources}
-        return self._apply(plan, spec.deploy, result, desired, plans, nodes, names)
-
-    @staticmethod
-    def _previous(old: Mapping[str, Any]) -> dict[tuple[str, str], tuple[int, dict[str, int]]] | None:
-        allocations = old.get("allocations")
-        if not allocations:
-            return None
-        try:
-            return previous_from_allocations(list(allocations))
-        except (KeyError, TypeError, ValueError, AssertionError):
-            return None  # a hand-edited status: plan from scratch rather than fail
+        return result
 
     def _apply(
         self,
-        plan: dict[str, Any],
-        deploy: bool,
+        plan: PlanBody,
+        spec: PlanSpec,
         result: PlanResult,
         desired: Desired,
-        plans: list[dict[str, Any]],
-        nodes: Mapping[str, Any],
-        resource_names: Mapping[str, str],
+        nodes: list[dict[str, Any]],
+        in_use: set[str],
     ) -> Outcome:
-        meta = _meta(plan)
-        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
-        generation = int(meta.get("generation") or 0)
-        old = plan.get("status") or {}
         now = self.clock()
         try:
-            changes = apply_desired(
-                self.kube,
-                plan,
-                desired,
-                nodes["items"],
-                reserve.priority_classes_in_use(plans, uid),
-                metrics=self.metrics,
-            )
-            pods = self._plan_pods(namespace, name) if deploy else []
-        except (ApiException, Conflict) as e:
-            text = api_error_message(e) if isinstance(e, ApiException) else str(e)
-            new = st.error_status(old, generation, text, now, planned=st.summary(result))
-            return self._finish(plan, new, Outcome(st.ERROR, new["message"]), "ApplyFailed", warn=True)
+            observed = cluster.read_for_apply(self.kube, plan, desired, nodes)
+            writes = apply_writes(plan, desired, observed, in_use)
+            changes = Changes.of(perform(self.kube, writes, self.metrics))
+            pods = self._plan_pods(plan) if spec.deploy else []
+        except OwnershipConflict as e:
+            self.metrics.apply_failed(e.kind)
+            return self._apply_failed(plan, result, str(e), now)
+        except ApiException as e:
+            return self._apply_failed(plan, result, api_error_message(e), now)
 
+        names = {r.name: r.resource_name for r in spec.resources}
         applied = {
-            "units": reserve.applied_units(result.to_json()["allocations"], resource_names),
+            "units": reserve.applied_units(result.allocations, names),
             "priorityClasses": sorted(pc["metadata"]["name"] for pc in desired.priority_classes),
         }
-        ready = readiness(desired.deployments, pods, desired.label_key, deploy)
-        new = st.applied_status(old, generation, result, applied, ready, now)
-        moved = (old.get("applied") or {}).get("units") != applied["units"]
-        outcome = Outcome(st.APPLIED, new["message"], moved=moved, ready=ready.ready)
+        ready = readiness(desired.deployments, pods, desired.label_key, spec.deploy)
+        new = st.applied_status(plan.status, plan.generation, result, applied, ready, now)
+        moved = (plan.status.get("applied") or {}).get("units") != applied["units"]
         if changes:
-            self.events(plan, "Normal", "Applied", changes.describe())
-            log.info("%s/%s: applied: %s", namespace, name, changes.describe())
+            self.events(plan, "Normal", Reason.APPLIED, changes.describe())
+            log.info("%s: applied: %s", plan.ref, changes.describe())
         if moved:
-            verb = "Replanned" if old.get("applied") else "Planned"
+            verb = Reason.REPLANNED if plan.status.get("applied") else Reason.PLANNED
             self.events(plan, "Normal", verb, new["message"])
-        self.metrics.plan_status(namespace, name, new)
+        self.metrics.plan_status(plan.namespace, plan.name, new)
         if self._write_status(plan, new):
-            log.info("%s/%s: %s: %s; %s", namespace, name, st.APPLIED, new["message"], ready.message)
-        return outcome
+            log.info("%s: %s: %s; %s", plan.ref, Phase.APPLIED, new["message"], ready.message)
+        return Outcome(Phase.APPLIED, new["message"], moved=moved, ready=ready.ready)
 
-    def _plan_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+    def _apply_failed(self, plan: PlanBody, result: PlanResult, error: str, now: str) -> Outcome:
+        new = st.error_status(plan.status, plan.generation, error, now, planned=st.summary(result))
+        return self._finish(plan, new, Reason.APPLY_FAILED, warn=True)
+
+    def _plan_pods(self, plan: PlanBody) -> list[dict[str, Any]]:
         """The plan's pods, for readiness right after an apply (a failure fails the apply)."""
         try:
-            return cluster.list_plan_pods(self.kube, namespace, name)
+            return cluster.list_plan_pods(self.kube, plan.namespace, plan.name)
         except ApiException:
-            self.metrics.apply_failed(m.POD)
+            self.metrics.apply_failed(POD)
             raise
 
     # --- readiness --------------------------------------------------------------------------
@@ -279,38 +268,42 @@ class PlanService:
             plan = self._live_plan(namespace, name)
             if plan is None:
                 return None
-            old = plan.get("status") or {}
-            if old.get("phase") != st.APPLIED:
-                return Outcome(str(old.get("phase") or ""), str(old.get("message") or ""))
-            deploy = bool((plan.get("spec") or {}).get("deploy", False))
-            deployments = cluster.list_plan_deployments(self.kube, namespace, name) if deploy else []
-            pods = cluster.list_plan_pods(self.kube, namespace, name) if deploy else []
-            ready = readiness(deployments, pods, label_key_of(namespace, name), deploy)
+            old = plan.status
+            if old.get("phase") != Phase.APPLIED:
+                phase = old.get("phase") or Phase.PLANNING.value
+                return Outcome(Phase(phase), str(old.get("message") or ""))
+            deployments = cluster.list_plan_deployments(self.kube, namespace, name) if plan.deploy else []
+            pods = cluster.list_plan_pods(self.kube, namespace, name) if plan.deploy else []
+            ready = readiness(deployments, pods, plan.label_key, plan.deploy)
             generation = int(old.get("observedGeneration") or 0)
             new = st.with_readiness(old, ready, generation, self.clock())
             if self._write_status(plan, new):
-                log.info("%s/%s: Ready=%s: %s", namespace, name, ready.ready, ready.message)
+                log.info("%s: Ready=%s: %s", plan.ref, ready.ready, ready.message)
                 if ready.ready:
-                    self.events(plan, "Normal", "Ready", ready.message)
-            return Outcome(st.APPLIED, str(old.get("message") or ""), ready=ready.ready)
+                    self.events(plan, "Normal", Reason.READY, ready.message)
+            return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready)
 
     # --- deletion ---------------------------------------------------------------------------
 
-    def cleanup(self, plan: Mapping[str, Any]) -> Changes:
+    def cleanup(self, obj: Mapping[str, Any]) -> Changes:
         """Remove everything the plan wrote (its finalizer keeps it until this succeeds)."""
-        meta = _meta(plan)
-        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        plan = PlanBody.from_object(obj)
         with self.lock:
-            plans = cluster.list_plans(self.kube)
-            in_use = reserve.priority_classes_in_use(plans, uid)
-            changes = remove_all(
-                self.kube,
-                plan,
-                label_key_of(namespace, name),
-                configmap_name(name),
-                in_use,
-                metrics=self.metrics,
-            )
-            self.metrics.plan_gone(namespace, name)
-        log.info("%s/%s: deleted: %s", namespace, name, changes.describe())
+            in_use = reserve.priority_classes_in_use(cluster.list_plans(self.kube), plan.uid)
+            observed = cluster.read_for_cleanup(self.kube, plan)
+            changes = Changes.of(perform(self.kube, cleanup_writes(plan, observed, in_use), self.metrics))
+            self.metrics.plan_gone(plan.namespace, plan.name)
+        log.info("%s: deleted: %s", plan.ref, changes.describe())
         return changes
+
+
+def _previous(status: Mapping[str, Any]) -> Previous | None:
+    """Where the plan's instances are now, from its own status (a hand-edited one: start afresh)."""
+    allocations = status.get("allocations")
+    if not allocations:
+        return None
+    try:
+        return previous_placements(read_allocations(allocations, "status.allocations"))
+    except InvalidInput as e:
+        log.warning("status.allocations unreadable, planning from scratch: %s", e)
+        return None

@@ -1,4 +1,4 @@
-"""Pure: a plan's outcome -> its ``status`` (contract section 3), and the patch that gets there.
+"""Pure: a plan's outcome -> its ``status``, and the patch that gets there.
 
 Notes
 -----
@@ -18,12 +18,41 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from planner.result import PlanResult
 
-PLANNING, APPLIED, INFEASIBLE, INVALID, ERROR = "Planning", "Applied", "Infeasible", "Invalid", "Error"
-PHASES = (PLANNING, APPLIED, INFEASIBLE, INVALID, ERROR)
+
+class Phase(StrEnum):
+    """``status.phase``: where the plan stands (the PHASE column)."""
+
+    PLANNING = "Planning"  # a new generation is being planned, or a dry run reports its plan
+    APPLIED = "Applied"  # the cluster holds the plan
+    INFEASIBLE = "Infeasible"  # no deployable plan; the previous placement stays
+    INVALID = "Invalid"  # the spec can never plan; only status is written
+    ERROR = "Error"  # reading or writing the cluster failed; retried
+
+
+class Reason(StrEnum):
+    """Condition and Event reasons (a conflict's :class:`~planner.codes.ConflictKind` is one too)."""
+
+    PLAN_FOUND = "PlanFound"
+    PLANNED = "Planned"  # event: the first placement
+    REPLANNED = "Replanned"  # event: the placement moved
+    APPLIED = "Applied"
+    READY = "Ready"  # event: every pod scheduled
+    DRY_RUN = "DryRun"
+    INVALID = "Invalid"
+    INFEASIBLE = "Infeasible"  # no plan, and no conflict to name (e.g. no usable snapshot)
+    APPLY_FAILED = "ApplyFailed"
+    API_ERROR = "ApiError"
+    NO_PODS = "NoPods"
+    ALL_SCHEDULED = "AllScheduled"
+    PENDING = "Pending"
+    MISPLACED = "Misplaced"
+
+
 OUR_KEYS = (
     "phase",
     "observedGeneration",
@@ -48,14 +77,14 @@ class Readiness:
     """Whether every pod the plan owns is scheduled (the ``Ready`` condition)."""
 
     ready: bool
-    reason: str
+    reason: Reason
     message: str
 
 
 def condition(
     type_: str,
     status: bool,
-    reason: str,
+    reason: str,  # a Reason or a ConflictKind
     message: str,
     generation: int,
     previous: Sequence[Mapping[str, Any]] | None,
@@ -70,7 +99,7 @@ def condition(
     return {
         "type": type_,
         "status": text,
-        "reason": reason,
+        "reason": str(reason),
         "message": message,
         "observedGeneration": generation,
         "lastTransitionTime": since,
@@ -120,7 +149,7 @@ def summary(result: PlanResult) -> str:
 def planning_status(old: Mapping[str, Any], generation: int) -> dict[str, Any]:
     """Shown while a new spec generation is being planned; everything else stays as it was."""
     out = {k: v for k, v in old.items() if k in OUR_KEYS}
-    out["phase"] = PLANNING
+    out["phase"] = Phase.PLANNING.value
     out["message"] = f"planning generation {generation}"
     return out
 
@@ -136,13 +165,13 @@ def applied_status(
     prev = old.get("conditions")
     text = summary(result)
     return {
-        "phase": APPLIED,
+        "phase": Phase.APPLIED.value,
         "observedGeneration": generation,
         **plan_fields(result),
         "applied": dict(applied),
         "conditions": _conditions(
-            condition("Planned", True, "PlanFound", text, generation, prev, now),
-            condition("Applied", True, "Applied", APPLIED_TEXT, generation, prev, now),
+            condition("Planned", True, Reason.PLAN_FOUND, text, generation, prev, now),
+            condition("Applied", True, Reason.APPLIED, APPLIED_TEXT, generation, prev, now),
             condition("Ready", readiness.ready, readiness.reason, readiness.message, generation, prev, now),
         ),
         "message": text,
@@ -154,12 +183,12 @@ def dry_run_status(old: Mapping[str, Any], generation: int, result: PlanResult, 
     prev = old.get("conditions")
     text = summary(result)
     out = {
-        "phase": PLANNING,
+        "phase": Phase.PLANNING.value,
         "observedGeneration": generation,
         **plan_fields(result),
         "conditions": _conditions(
-            condition("Planned", True, "PlanFound", text, generation, prev, now),
-            condition("Applied", False, "DryRun", DRY_RUN_TEXT, generation, prev, now),
+            condition("Planned", True, Reason.PLAN_FOUND, text, generation, prev, now),
+            condition("Applied", False, Reason.DRY_RUN, DRY_RUN_TEXT, generation, prev, now),
             _kept(old, "Ready"),
         ),
         "message": f"dry run: {text}; nothing written",
@@ -172,7 +201,7 @@ def dry_run_status(old: Mapping[str, Any], generation: int, result: PlanResult, 
 def _failed(
     old: Mapping[str, Any],
     generation: int,
-    phase: str,
+    phase: Phase,
     reason: str,
     message: str,
     now: str,
@@ -186,16 +215,16 @@ def _failed(
     prev = old.get("conditions")
     applied_before = bool(old.get("applied"))
     if planned is not None:
-        planned_cond = condition("Planned", True, "PlanFound", planned, generation, prev, now)
+        planned_cond = condition("Planned", True, Reason.PLAN_FOUND, planned, generation, prev, now)
     else:
         planned_cond = condition("Planned", False, reason, message, generation, prev, now)
-    if applied_before and phase != ERROR:
+    if applied_before and phase is not Phase.ERROR:
         applied_cond = _kept(old, "Applied")
     else:
         applied_cond = condition("Applied", False, reason, message, generation, prev, now)
     out: dict[str, Any] = {k: old[k] for k in _KEEP_ON_FAILURE if k in old}
     out |= {
-        "phase": phase,
+        "phase": phase.value,
         "observedGeneration": generation,
         "conditions": _conditions(planned_cond, applied_cond, _kept(old, "Ready")),
         "message": message,
@@ -206,7 +235,7 @@ def _failed(
 
 def invalid_status(old: Mapping[str, Any], generation: int, error: str, now: str) -> dict[str, Any]:
     keep = " (the previous placement stays applied)" if old.get("applied") else ""
-    return _failed(old, generation, INVALID, "Invalid", f"invalid spec: {error}{keep}", now)
+    return _failed(old, generation, Phase.INVALID, Reason.INVALID, f"invalid spec: {error}{keep}", now)
 
 
 def infeasible_status(
@@ -215,18 +244,25 @@ def infeasible_status(
     reason: str,
     now: str,
     conflicts: Sequence[Mapping[str, Any]] = (),
+    kind: str = Reason.INFEASIBLE,
 ) -> dict[str, Any]:
-    """No deployable plan (or no usable snapshot): nothing written, the old placement stays."""
+    """No deployable plan (or no usable snapshot): nothing written, the old placement stays.
+
+    ``kind`` is the ``Planned`` condition's reason: the first conflict's
+    :class:`~planner.codes.ConflictKind` (``Overbooked``, ``Packing``, ...), the same word as the
+    ``gpuplan_conflicts_total`` label and the JSON output's ``kind``.
+    """
     keep = "; the previous placement stays applied" if old.get("applied") else ""
     extra = {"conflicts": [dict(c) for c in conflicts]} if conflicts else None
     message = f"no deployable plan: {reason}{keep}"
-    return _failed(old, generation, INFEASIBLE, "Infeasible", message, now, extra)
+    return _failed(old, generation, Phase.INFEASIBLE, kind, message, now, extra)
 
 
 def error_status(
     old: Mapping[str, Any], generation: int, error: str, now: str, planned: str | None = None
 ) -> dict[str, Any]:
-    return _failed(old, generation, ERROR, "ApplyFailed", f"apply failed: {error}", now, planned=planned)
+    message = f"apply failed: {error}"
+    return _failed(old, generation, Phase.ERROR, Reason.APPLY_FAILED, message, now, planned=planned)
 
 
 def with_readiness(old: Mapping[str, Any], readiness: Readiness, generation: int, now: str) -> dict[str, Any]:

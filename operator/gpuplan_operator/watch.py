@@ -8,10 +8,10 @@ node is reduced to a :func:`node_fingerprint` and only a changed fingerprint cou
 keys are left out of the fingerprint: otherwise applying a plan's labels would trigger the next
 re-plan of every plan, forever.
 
-The :class:`ChangeFeed` is a version counter with the origin of each bump (``None`` for nodes, a
-plan's uid when that plan's placement changed). Each plan's daemon waits for a version it has not
-seen, then for the burst to settle (``debounce`` quiet seconds, at most ``max_delay``), and
-re-plans once; a burst caused only by the plan itself is skipped.
+The :class:`ChangeFeed` is a version counter with the origin of each bump (``None`` for nodes,
+a plan's ``namespace/name`` when that plan's placement changed). Each plan's daemon waits for a
+version it has not seen, then for the burst to settle (``debounce`` quiet seconds, at most
+``max_delay``), and re-plans once; a burst caused only by the plan itself is skipped.
 """
 
 from __future__ import annotations
@@ -19,29 +19,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from planner.render import DOMAIN
+from planner.vocab import is_plan_label_key
 
 Fingerprint = tuple[Any, ...]
 
 
-def is_plan_label(key: str, plan_keys: Collection[str] = ()) -> bool:
-    """Plan keys look like ``gpuplan.ragnaros.io/<namespace>.<name>``; settings have no dot."""
-    if key in plan_keys:
-        return True
-    prefix = f"{DOMAIN}/"
-    return key.startswith(prefix) and "." in key[len(prefix) :]
-
-
-def node_fingerprint(node: Mapping[str, Any], plan_keys: Collection[str] = ()) -> Fingerprint:
+def node_fingerprint(node: Mapping[str, Any]) -> Fingerprint:
     meta = node.get("metadata") or {}
     spec = node.get("spec") or {}
     status = node.get("status") or {}
-    labels = tuple(
-        sorted((k, v) for k, v in (meta.get("labels") or {}).items() if not is_plan_label(k, plan_keys))
-    )
+    labels = tuple(sorted((k, v) for k, v in (meta.get("labels") or {}).items() if not is_plan_label_key(k)))
     allocatable = tuple(sorted((status.get("allocatable") or {}).items()))
     taints = tuple(
         sorted(
@@ -57,13 +47,11 @@ class NodeTracker:
     def __init__(self) -> None:
         self.fingerprints: dict[str, Fingerprint] = {}
 
-    def observe(
-        self, event_type: str | None, node: Mapping[str, Any], plan_keys: Collection[str] = ()
-    ) -> bool:
+    def observe(self, event_type: str | None, node: Mapping[str, Any]) -> bool:
         name = str((node.get("metadata") or {}).get("name"))
         if event_type == "DELETED":
             return self.fingerprints.pop(name, None) is not None
-        fp = node_fingerprint(node, plan_keys)
+        fp = node_fingerprint(node)
         before = self.fingerprints.get(name)
         self.fingerprints[name] = fp
         # the initial listing (type None) only learns the cluster: resume handlers plan it anyway

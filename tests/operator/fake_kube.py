@@ -1,7 +1,8 @@
 """An in-memory API server good enough for the operator's service: GET, list, merge patch, apply, delete.
 
 It speaks the same paths as :class:`gpuplan_operator.kube.Kube` and records every write, so tests
-can assert "nothing was written" exactly. Server-side apply is modelled as "replace the object's
+can assert "nothing was written" exactly. Only ``request`` is faked: the verbs on top of it (get,
+apply, delete, ...) are the operator's own :class:`~gpuplan_operator.kube.RestVerbs`. Server-side apply is modelled as "replace the object's
 fields with the manifest's" (one manager), which is what the operator relies on.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from gpuplan_operator.kube import APPLY_PATCH, MERGE_PATCH
+from gpuplan_operator.kube import APPLY_PATCH, MERGE_PATCH, RestVerbs
 from kubernetes.client.exceptions import ApiException
 
 _rv = itertools.count(1)
@@ -44,7 +45,7 @@ def _selected(obj: Mapping[str, Any], selector: str | None) -> bool:
     return True
 
 
-class FakeKube:
+class FakeKube(RestVerbs):
     """Objects keyed by their collection path and name."""
 
     def __init__(self) -> None:
@@ -143,29 +144,3 @@ class FakeKube:
             _merge(current, body)
         current["metadata"]["resourceVersion"] = str(next(_rv))
         return copy.deepcopy(current)
-
-    def get(self, path: str, **query: Any) -> dict[str, Any]:
-        return self.request("GET", path, query=query)
-
-    def get_or_none(self, path: str) -> dict[str, Any] | None:
-        try:
-            return self.get(path)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-
-    def merge_patch(self, path: str, body: Mapping[str, Any], field_manager: str) -> dict[str, Any]:
-        return self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
-
-    def apply(self, path: str, manifest: Mapping[str, Any], field_manager: str) -> dict[str, Any]:
-        return self.request("PATCH", path, body=manifest, content_type=APPLY_PATCH)
-
-    def delete(self, path: str, propagation: str = "Background") -> bool:
-        try:
-            self.request("DELETE", path)
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise
-        return True

@@ -1,4 +1,4 @@
-"""The CRD file agrees with the contract and with the code that fills it."""
+"""The CRD file agrees with the resource's documented shape and with the code that fills it."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from gpuplan_operator import GROUP, KIND, PLURAL, VERSION
 from gpuplan_operator import status as st
 
 from planner.catalog import BUILTIN_OPERATORS
+from planner.model import ResourceKind
+from planner.strategies import KEY_STRATEGIES, SCORINGS
+from planner.vocab import GROUP, KIND, PLURAL, VERSION
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "gpuallocationplans.yaml"
 
@@ -48,7 +50,7 @@ def test_printer_columns() -> None:
 def test_status_schema_holds_every_field_the_operator_writes() -> None:
     props = version()["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert set(st.OUR_KEYS) <= set(props)
-    assert props["phase"]["enum"] == list(st.PHASES)
+    assert props["phase"]["enum"] == [p.value for p in st.Phase]
 
 
 def test_the_cel_catalog_list_is_the_builtin_catalog() -> None:
@@ -70,3 +72,12 @@ def test_every_schema_node_has_a_type_or_preserves_unknown_fields() -> None:
             walk(node["items"], f"{path}[]")
 
     walk(version()["schema"]["openAPIV3Schema"], "")
+
+
+def test_the_enums_are_the_codes_tables() -> None:
+    """Strategies, scorings and resource kinds: the API server admits exactly what the planner knows."""
+    spec = version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    key_strategy = spec["operators"]["items"]["properties"]["keyStrategy"]
+    assert key_strategy["enum"] == [s.value for s in KEY_STRATEGIES]
+    assert spec["scoring"]["enum"] == list(SCORINGS)
+    assert spec["resources"]["items"]["properties"]["kind"]["enum"] == [k.value for k in ResourceKind]

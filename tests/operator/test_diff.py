@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gpuplan_operator.diff import covers, foreign_owner, node_label_changes, owner_reference, with_owner
+from gpuplan_operator.body import PlanBody
+from gpuplan_operator.diff import covers, foreign_owner, node_label_changes, with_owner
 
 from tests.operator.builders import node, plan
 
@@ -54,6 +55,10 @@ def test_a_field_we_stopped_setting_must_be_gone() -> None:
     desired = {k: v for k, v in DESIRED_POD.items() if k != "priorityClassName"}
     assert not covers(SERVER_POD, desired)
     assert covers({k: v for k, v in SERVER_POD.items() if k != "priorityClassName"}, desired)
+
+
+def owner_reference(obj: dict[str, Any]) -> dict[str, Any]:
+    return PlanBody.from_object(obj).owner_reference()
 
 
 def test_owner_references_are_merged_by_uid() -> None:

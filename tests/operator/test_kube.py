@@ -33,7 +33,7 @@ def kube_with(status: int = 200, body: Any = None) -> tuple[Kube, list[dict[str,
         calls.append({"method": method, "url": url, "headers": headers, "body": body})
         return Response(status, {} if body is None and status < 300 else (body or {}))
 
-    api.rest_client.request = request  # type: ignore[method-assign]
+    api.rest_client.request = request  # type: ignore[method-assign,assignment]
     kube = Kube(api)
     if status >= 300:
         api.rest_client.request = lambda *a, **k: Response(status, body)  # type: ignore[method-assign]

@@ -8,7 +8,8 @@ import pytest
 from gpuplan_operator.__main__ import (
     FAULT_ENV,
     METRICS_PORT_ENV,
-    _fault_hook,
+    ExitAfterWrites,
+    _fault_injection,
     _quiet_node_events,
     metrics_port,
     parser,
@@ -37,9 +38,10 @@ def test_node_event_successes_are_dropped_but_failures_kept() -> None:
 
 def test_no_fault_hook_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(FAULT_ENV, raising=False)
-    assert _fault_hook() is None
+    assert _fault_injection() is None
     monkeypatch.setenv(FAULT_ENV, "3")
-    assert callable(_fault_hook())
+    hook = _fault_injection()
+    assert isinstance(hook, ExitAfterWrites) and hook.limit == 3
 
 
 def test_metrics_are_off_by_default_and_bind_all_addresses_when_on() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from gpuplan_operator.metrics import Metrics, Trigger
 from gpuplan_operator.service import Options, PlanService
-from gpuplan_operator.status import PHASES
+from gpuplan_operator.status import Phase
 from prometheus_client import REGISTRY, generate_latest
 
 from tests.operator.builders import NODES, NOW, PLANS_NS, cluster, node, plan
@@ -20,7 +20,7 @@ KINDS = ("Node", "PriorityClass", "ConfigMap", "Deployment", "GpuAllocationPlan/
 def service(kube: FakeKube) -> tuple[PlanService, Metrics]:
     metrics = Metrics()
     svc = PlanService(
-        kube,  # type: ignore[arg-type]
+        kube,
         Options(plan_seconds=5, polish_seconds=0.2),
         lambda *_: None,
         clock=lambda: NOW,
@@ -34,7 +34,7 @@ def value(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 
 def phases(metrics: Metrics) -> dict[str, float | None]:
-    return {p: value(metrics, "gpuplan_plans", phase=p) for p in PHASES}
+    return {p.value: value(metrics, "gpuplan_plans", phase=p.value) for p in Phase}
 
 
 def writes(metrics: Metrics) -> dict[str, float | None]:

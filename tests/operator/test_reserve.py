@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from gpuplan_operator import reserve
-from gpuplan_operator.naming import label_key_of
+from gpuplan_operator.body import PlanBody
 
 from planner.parse import snapshot
+from planner.result import read_allocations
+from planner.vocab import plan_label_key as label_key_of
 from tests.operator.builders import node, plan, pod
+
+
+def bodies(*plans: dict) -> list[PlanBody]:  # type: ignore[type-arg]
+    return [PlanBody.from_object(p) for p in plans]
 
 
 def with_applied(doc: dict, units: dict, pcs: list[str] | None = None) -> dict:  # type: ignore[type-arg]
@@ -20,7 +26,7 @@ def test_applied_units_sum_instances_per_node_in_resource_names() -> None:
         {"operator": "b", "resource": "P4", "unitsPerInstance": 1, "nodes": {"n1": 1}},
         {"operator": "c", "resource": "CPU", "unitsPerInstance": 4, "nodes": {"c1": 1}},
     ]
-    got = reserve.applied_units(allocations, {"P4": "nvidia.com/gpu", "CPU": "cpu"})
+    got = reserve.applied_units(read_allocations(allocations), {"P4": "nvidia.com/gpu", "CPU": "cpu"})
     assert got == {"c1": {"cpu": 4}, "n1": {"nvidia.com/gpu": 5}, "n2": {"nvidia.com/gpu": 2}}
 
 
@@ -29,13 +35,13 @@ def test_reserved_by_others_skips_the_plan_itself_and_scales_cpu_to_millicores()
     a = with_applied(plan("a"), {"n1": {"nvidia.com/gpu": 3}, "c1": {"cpu": 2}})
     b = with_applied(plan("b"), {"n1": {"nvidia.com/gpu": 2}})
     fresh = plan("c")  # never applied: reserves nothing
-    got = reserve.reserved_by_others([me, a, b, fresh], "uid-me")
+    got = reserve.reserved_by_others(bodies(me, a, b, fresh), "uid-me")
     assert got == {"n1": {"nvidia.com/gpu": 5}, "c1": {"cpu": 2000}}
 
 
 def test_pods_of_plans_are_not_counted_twice() -> None:
     key = label_key_of("ns", "a")
-    keys = reserve.plan_keys([plan("a")])
+    keys = reserve.plan_keys(bodies(plan("a")))
     assert keys == {key}
     pods = {
         "kind": "List",
@@ -58,8 +64,8 @@ def test_snapshot_subtracts_reserved_and_foreign_once() -> None:
     }
     snap = snapshot(
         {"kind": "List", "items": [node("n1")]},
-        reserve.foreign_pods(pods, reserve.plan_keys([other])),
-        reserve.reserved_by_others([other], "uid-me"),
+        reserve.foreign_pods(pods, reserve.plan_keys(bodies(other))),
+        reserve.reserved_by_others(bodies(other), "uid-me"),
     )
     assert snap.nodes[0].free("nvidia.com/gpu") == 8 - 3 - 2
 
@@ -67,4 +73,4 @@ def test_snapshot_subtracts_reserved_and_foreign_once() -> None:
 def test_priority_classes_in_use_by_others() -> None:
     a = with_applied(plan("a"), {}, ["ragnaros-cluster-critical-4"])
     me = with_applied(plan("me"), {}, ["ragnaros-cluster-critical-8"])
-    assert reserve.priority_classes_in_use([a, me], "uid-me") == {"ragnaros-cluster-critical-4"}
+    assert reserve.priority_classes_in_use(bodies(a, me), "uid-me") == {"ragnaros-cluster-critical-4"}

@@ -27,7 +27,7 @@ class Recorder:
 
 def service(kube: FakeKube) -> tuple[PlanService, Recorder]:
     rec = Recorder()
-    return PlanService(kube, Options(plan_seconds=5, polish_seconds=0.2), rec, clock=lambda: NOW), rec  # type: ignore[arg-type]
+    return PlanService(kube, Options(plan_seconds=5, polish_seconds=0.2), rec, clock=lambda: NOW), rec
 
 
 def p4_cluster(n: int = 4) -> FakeKube:

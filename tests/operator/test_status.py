@@ -12,7 +12,7 @@ from planner.search import plan
 from tests.operator.builders import NOW, node
 
 LATER = "2026-01-01T01:00:00Z"
-READY = st.Readiness(True, "AllScheduled", "4/4 pods scheduled on their planned nodes")
+READY = st.Readiness(True, st.Reason.ALL_SCHEDULED, "4/4 pods scheduled on their planned nodes")
 
 
 def result(cards: int = 4, nodes: int = 4) -> Any:
@@ -47,7 +47,7 @@ def test_unchanged_status_needs_no_patch_and_keeps_transition_times() -> None:
 
 def test_a_flipped_condition_gets_a_new_transition_time() -> None:
     first = applied(now=NOW)
-    pending = st.with_readiness(first, st.Readiness(False, "Pending", "0/4"), 1, LATER)
+    pending = st.with_readiness(first, st.Readiness(False, st.Reason.PENDING, "0/4"), 1, LATER)
     ready = {c["type"]: c for c in pending["conditions"]}["Ready"]
     assert ready["status"] == "False" and ready["lastTransitionTime"] == LATER
     patch = st.status_patch(first, pending)

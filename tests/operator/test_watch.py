@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import copy
 
-from gpuplan_operator.watch import ChangeFeed, NodeTracker, is_plan_label, node_fingerprint
+from gpuplan_operator.watch import ChangeFeed, NodeTracker, node_fingerprint
 
+from planner.vocab import is_plan_label_key as is_plan_label
 from tests.operator.builders import node
 
 

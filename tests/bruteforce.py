@@ -1,4 +1,4 @@
-"""Two slow planners kept for comparison: an exhaustive reference and the seed's own method.
+"""Two slow planners kept for comparison: an exhaustive reference and the product's original method.
 
 Notes
 -----

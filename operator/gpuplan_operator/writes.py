@@ -1,0 +1,226 @@
+"""Pure: the writes one apply (or one clean-up) must make, from the desired state and a read.
+
+Notes
+-----
+The operator's flow runs one way: read the cluster, compute the writes (here, no I/O), perform
+them (:mod:`.apply`), write status. Computing the writes as values makes "a re-run on an unchanged
+plan writes nothing" a property of a pure function, testable without a cluster.
+
+Order matters, for the cards and for crashes, so every write carries its :class:`Step`:
+
+1. Deployments the plan no longer wants go first, so their pods free the cards the new placement
+   may need (kube-scheduler retries pending pods when pods are deleted).
+2. Node labels the new placement needs, then PriorityClasses, the ConfigMap and Deployments: a
+   pod is never created before the label and class it refers to exist.
+3. Labels the plan no longer needs are removed last; then PriorityClasses no plan uses any more.
+
+Writes of one step do not depend on each other, so :mod:`.apply` may send them together. Every
+write is computed by comparing first (:func:`~.diff.covers`), so a crash anywhere is repaired by
+the next reconcile with no duplicates and nothing stale. A Deployment or ConfigMap of the same name
+that another controller owns is never taken over: :class:`OwnershipConflict` names the owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from gpuplan_operator.body import PlanBody
+from gpuplan_operator.diff import covers, foreign_owner, node_label_changes, with_owner
+from planner.render import Desired
+from planner.vocab import CONFIGMAP, DEPLOYMENT, MANAGED_BY, NODE, PRIORITY_CLASS
+
+
+class Step(IntEnum):
+    """When a write happens; lower first. Writes of one step are independent."""
+
+    DROP_DEPLOYMENTS = 1
+    LABEL_NODES = 2
+    PRIORITY_CLASSES = 3
+    CONFIGMAP = 4
+    DEPLOYMENTS = 5
+    UNLABEL_NODES = 6
+    PRUNE_PRIORITY_CLASSES = 7
+
+
+class Verb(StrEnum):
+    APPLY = "apply"  # server-side apply of a whole manifest the operator owns
+    LABEL = "label"  # merge patch naming only the plan's own node label key (None removes it)
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class Write:
+    step: Step
+    verb: Verb
+    kind: str
+    name: str
+    namespace: str | None = None
+    manifest: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    labels: Mapping[str, str | None] | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the cluster holds of what one plan writes, read just before the writes are computed."""
+
+    nodes: Sequence[Mapping[str, Any]]  # nodes whose plan label key is compared
+    deployments: Mapping[str, Mapping[str, Any]]  # by name: the plan's, and any of a name it wants
+    configmap: Mapping[str, Any] | None
+    priority_classes: Mapping[str, Mapping[str, Any]]  # by name, every PriorityClass
+
+
+class OwnershipConflict(Exception):
+    """An object the plan would write belongs to someone else."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    return any(r.get("uid") == uid for r in (obj.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def _managed(obj: Mapping[str, Any]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in MANAGED_BY.items())
+
+
+def _prune(observed: Observed, keep: Iterable[str]) -> list[Write]:
+    """Delete the PriorityClasses gpuplan created that no plan uses any more."""
+    keep = set(keep)
+    return [
+        Write(Step.PRUNE_PRIORITY_CLASSES, Verb.DELETE, PRIORITY_CLASS, name)
+        for name, pc in sorted(observed.priority_classes.items())
+        if name not in keep and _managed(pc)
+    ]
+
+
+def _unlabel(plan: PlanBody, nodes: Iterable[str]) -> list[Write]:
+    return [Write(Step.UNLABEL_NODES, Verb.LABEL, NODE, n, labels={plan.label_key: None}) for n in nodes]
+
+
+def _drop_deployments(plan: PlanBody, observed: Observed, wanted: Iterable[str]) -> list[Write]:
+    keep = set(wanted)
+    return [
+        Write(Step.DROP_DEPLOYMENTS, Verb.DELETE, DEPLOYMENT, name, plan.namespace)
+        for name, dep in sorted(observed.deployments.items())
+        if name not in keep and _owned_by(dep, plan.uid)
+    ]
+
+
+def apply_writes(
+    plan: PlanBody, desired: Desired, observed: Observed, in_use_elsewhere: Iterable[str]
+) -> list[Write]:
+    """Everything that must change for the cluster to hold ``desired``, in step order."""
+    owner = plan.owner_reference()
+    wanted = {d["metadata"]["name"]: with_owner(d, owner) for d in desired.deployments}
+    writes = _drop_deployments(plan, observed, wanted)
+
+    labels = node_label_changes(list(observed.nodes), desired.node_labels, desired.label_key)
+    writes += [
+        Write(Step.LABEL_NODES, Verb.LABEL, NODE, node, labels={desired.label_key: value})
+        for node, value in sorted(labels.set.items())
+    ]
+    for pc in desired.priority_classes:
+        name = pc["metadata"]["name"]
+        actual = observed.priority_classes.get(name)
+        if actual is None or not covers(actual, pc):
+            writes.append(Write(Step.PRIORITY_CLASSES, Verb.APPLY, PRIORITY_CLASS, name, manifest=pc))
+
+    cm = with_owner(desired.configmap, owner)
+    other = foreign_owner(observed.configmap, plan.uid)
+    if other:
+        where = f"{plan.namespace}/{cm['metadata']['name']}"
+        raise OwnershipConflict(CONFIGMAP, f"ConfigMap {where} belongs to {other}")
+    if observed.configmap is None or not covers(observed.configmap, cm):
+        writes.append(
+            Write(Step.CONFIGMAP, Verb.APPLY, CONFIGMAP, cm["metadata"]["name"], plan.namespace, cm)
+        )
+
+    for name, dep in wanted.items():
+        actual = observed.deployments.get(name)
+        other = foreign_owner(actual, plan.uid)
+        if other:
+            raise OwnershipConflict(DEPLOYMENT, f"Deployment {plan.namespace}/{name} belongs to {other}")
+        if actual is None or not covers(actual, dep):
+            writes.append(Write(Step.DEPLOYMENTS, Verb.APPLY, DEPLOYMENT, name, plan.namespace, dep))
+
+    writes += _unlabel(plan, labels.remove)
+    keep = set(in_use_elsewhere) | {pc["metadata"]["name"] for pc in desired.priority_classes}
+    return writes + _prune(observed, keep)
+
+
+def cleanup_writes(plan: PlanBody, observed: Observed, in_use_elsewhere: Iterable[str]) -> list[Write]:
+    """Everything the plan wrote, gone: Deployments, the ConfigMap, labels, unused classes."""
+    writes = _drop_deployments(plan, observed, ())
+    if observed.configmap is not None and _owned_by(observed.configmap, plan.uid):
+        name = observed.configmap["metadata"]["name"]
+        writes.append(Write(Step.CONFIGMAP, Verb.DELETE, CONFIGMAP, name, plan.namespace))
+    labelled = [
+        str(n["metadata"]["name"])
+        for n in observed.nodes
+        if plan.label_key in ((n.get("metadata") or {}).get("labels") or {})
+    ]
+    return writes + _unlabel(plan, labelled) + _prune(observed, in_use_elsewhere)
+
+
+@dataclass
+class Changes:
+    """What one apply or clean-up wrote, for Events and logs."""
+
+    labelled: list[str] = field(default_factory=list)
+    unlabelled: list[str] = field(default_factory=list)
+    priority_classes: list[str] = field(default_factory=list)
+    priority_classes_deleted: list[str] = field(default_factory=list)
+    configmap: bool = False
+    configmap_deleted: bool = False
+    deployments: list[str] = field(default_factory=list)
+    deployments_deleted: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, writes: Iterable[Write]) -> Changes:
+        out = cls()
+        for w in writes:
+            deleting = w.verb is Verb.DELETE
+            if w.kind == NODE:
+                removes = w.labels is not None and None in w.labels.values()
+                (out.unlabelled if removes else out.labelled).append(w.name)
+            elif w.kind == PRIORITY_CLASS:
+                (out.priority_classes_deleted if deleting else out.priority_classes).append(w.name)
+            elif w.kind == DEPLOYMENT:
+                (out.deployments_deleted if deleting else out.deployments).append(w.name)
+            elif w.kind == CONFIGMAP:
+                out.configmap_deleted |= deleting
+                out.configmap |= not deleting
+        return out
+
+    def __bool__(self) -> bool:
+        return any(vars(self).values())
+
+    def describe(self) -> str:
+        parts = []
+        for label, items in (
+            ("labelled nodes", self.labelled),
+            ("unlabelled nodes", self.unlabelled),
+            ("applied priority classes", self.priority_classes),
+            ("deleted priority classes", self.priority_classes_deleted),
+            ("applied deployments", self.deployments),
+            ("deleted deployments", self.deployments_deleted),
+        ):
+            if items:
+                parts.append(f"{label}: {_names(items)}")
+        if self.configmap:
+            parts.append("applied the flamewakers ConfigMap")
+        if self.configmap_deleted:
+            parts.append("deleted the flamewakers ConfigMap")
+        return "; ".join(parts) or "no changes"
+
+
+def _names(items: Sequence[str], limit: int = 10) -> str:
+    """Names for an event: the first few and how many more (events hold 1 kB)."""
+    shown = ", ".join(items[:limit])
+    return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"

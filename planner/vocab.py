@@ -1,0 +1,87 @@
+"""Shared vocabulary: the API's names, the keys and labels gpuplan writes, and how names are made.
+
+Notes
+-----
+Everything that names a thing in the cluster lives here, once: the resource's group, version and
+kind, the label domain, the labels on every object a plan writes, the PriorityClass names, and the
+rules that fit generated names into Kubernetes' limits. The renderer builds manifests with these;
+the operator finds (and deletes) what a plan wrote with the same functions, knowing only the plan's
+namespace and name, so the two can never disagree. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+GROUP = "gpuplan.ragnaros.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "GpuAllocationPlan"
+PLURAL = "gpuallocationplans"
+FIELD_MANAGER = "gpuplan-operator"  # server-side apply and merge patches of the operator
+
+DOMAIN = GROUP  # label and annotation keys: gpuplan.ragnaros.io/...
+GPU_TYPE_LABEL = f"{DOMAIN}/gpu-type"  # the default resource model selects nodes by this label
+PLAN_LABEL = f"{DOMAIN}/plan"  # on every namespaced object a plan writes: the plan's name
+FLAMEWAKER_LABEL = f"{DOMAIN}/flamewaker"  # on a Deployment's pods: which flamewaker entry
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuplan"}
+PRIORITY_PREFIX = "ragnaros-cluster-critical-"
+SEED_KEY = "ragnaros_operator_config"  # the product's own JSON configuration
+
+# the kinds of object a plan writes (and the words metrics and events use for them)
+NODE, PRIORITY_CLASS, CONFIGMAP, DEPLOYMENT, POD = "Node", "PriorityClass", "ConfigMap", "Deployment", "Pod"
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def short_hash(text: str, n: int = 8) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def fit(text: str, limit: int) -> str:
+    """Shorten to ``limit`` characters, keeping it unique with a hash suffix."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 9].rstrip('-.')}-{short_hash(text)}"
+
+
+def dns_name(*parts: str, limit: int = 63) -> str:
+    """A DNS-1123 name from parts: lower case, ``-`` for anything else, hashed past ``limit``."""
+    text = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+    return fit(text, limit)
+
+
+def plan_label_key(namespace: str, name: str) -> str:
+    """The one node label key a plan owns: ``gpuplan.ragnaros.io/<namespace>.<name>``."""
+    return f"{DOMAIN}/{fit(f'{namespace}.{name}', 63)}"
+
+
+def is_plan_label_key(key: str) -> bool:
+    """Plan keys carry a dot after the domain (``<namespace>.<name>``); settings have none."""
+    prefix = f"{DOMAIN}/"
+    return key.startswith(prefix) and "." in key[len(prefix) :]
+
+
+def node_token(node: str) -> str:
+    """The plan label's value on a node: the node's name, or a hash when it is no label value."""
+    return node if len(node) <= 63 and _LABEL_VALUE.match(node) else f"node-{short_hash(node, 16)}"
+
+
+def plan_labels(name: str) -> dict[str, str]:
+    """Labels on every namespaced object the plan ``name`` writes (and on its pods)."""
+    return MANAGED_BY | {PLAN_LABEL: fit(name, 63)}
+
+
+def configmap_name(plan: str) -> str:
+    """The plan's flamewakers ConfigMap."""
+    return dns_name(plan, "flamewakers", limit=253)
+
+
+def priority_class_name(units: int) -> str:
+    return f"{PRIORITY_PREFIX}{units}"
+
+
+def priority_value(units: int, base: int = 800_000_000) -> int:
+    """800008000 for 8 cards, 800007000 for 7, ...: a larger instance schedules, and preempts, first."""
+    return base + units * 1000

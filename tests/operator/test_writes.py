@@ -1,0 +1,134 @@
+"""writes.py: the writes of an apply or a clean-up, computed without a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from gpuplan_operator.body import PlanBody
+from gpuplan_operator.writes import (
+    Changes,
+    Observed,
+    OwnershipConflict,
+    Step,
+    Verb,
+    Write,
+    apply_writes,
+    cleanup_writes,
+)
+
+from planner.parse import parse_spec, snapshot
+from planner.render import Desired, render_desired
+from planner.search import plan as make_plan
+from tests.operator.builders import node, plan
+
+KEY = "gpuplan.ragnaros.io/ns.p"
+
+
+def desired_for(requests: dict[str, Any], nodes: list[dict[str, Any]], deploy: bool = True) -> Desired:
+    spec = parse_spec({"requests": requests, "deploy": deploy}, name="p", namespace="ns")
+    result = make_plan(spec, snapshot({"kind": "List", "items": nodes}))
+    assert result.feasible
+    return render_desired(spec, result)
+
+
+def landed(body: PlanBody, desired: Desired, nodes: list[dict[str, Any]]) -> Observed:
+    """The cluster as it reads once ``desired`` has been applied for ``body``."""
+    owner = body.owner_reference()
+    for n in nodes:
+        name = n["metadata"]["name"]
+        if name in desired.node_labels:
+            n["metadata"]["labels"].update(desired.node_labels[name])
+    cm = dict(desired.configmap, metadata=dict(desired.configmap["metadata"], ownerReferences=[owner]))
+    deps = {
+        d["metadata"]["name"]: dict(d, metadata=dict(d["metadata"], ownerReferences=[owner]))
+        for d in desired.deployments
+    }
+    pcs = {pc["metadata"]["name"]: pc for pc in desired.priority_classes}
+    return Observed(nodes=nodes, deployments=deps, configmap=cm, priority_classes=pcs)
+
+
+def test_a_fresh_apply_writes_in_step_order_and_a_rerun_writes_nothing() -> None:
+    nodes = [node(f"p4-{i}") for i in range(4)]
+    body = PlanBody.from_object(plan(requests={"face_feature_extract": {"P4": 4}}, deploy=True))
+    desired = desired_for({"face_feature_extract": {"P4": 4}}, nodes)
+    empty = Observed(nodes=nodes, deployments={}, configmap=None, priority_classes={})
+    writes = apply_writes(body, desired, empty, in_use_elsewhere=())
+    assert [w.step for w in writes] == sorted(w.step for w in writes)
+    assert {w.step for w in writes} == {
+        Step.LABEL_NODES,
+        Step.PRIORITY_CLASSES,
+        Step.CONFIGMAP,
+        Step.DEPLOYMENTS,
+    }
+    changes = Changes.of(writes)
+    assert changes.labelled == [f"p4-{i}" for i in range(4)] and changes.configmap
+    assert apply_writes(body, desired, landed(body, desired, nodes), in_use_elsewhere=()) == []
+
+
+def test_a_smaller_plan_drops_deployments_first_and_labels_last() -> None:
+    nodes = [node(f"p4-{i}") for i in range(4)]
+    body = PlanBody.from_object(plan(requests={"face_feature_extract": {"P4": 4}}, deploy=True))
+    before = landed(body, desired_for({"face_feature_extract": {"P4": 4}}, nodes), nodes)
+    after = desired_for({"face_feature_extract": {"P4": 2}}, nodes)
+    writes = apply_writes(body, after, before, in_use_elsewhere=())
+    steps = [w.step for w in writes]
+    assert steps[0] is Step.DROP_DEPLOYMENTS and Step.UNLABEL_NODES in steps
+    unlabel = [w for w in writes if w.step is Step.UNLABEL_NODES]
+    assert all(w.verb is Verb.LABEL and w.labels == {KEY: None} for w in unlabel)
+    assert steps.index(Step.UNLABEL_NODES) > steps.index(Step.DROP_DEPLOYMENTS)
+
+
+def test_an_object_of_another_owner_is_a_conflict_naming_it() -> None:
+    nodes = [node("p4-0")]
+    body = PlanBody.from_object(plan(requests={"face_1vn": {"P4": 8}}, deploy=True))
+    desired = desired_for({"face_1vn": {"P4": 8}}, nodes)
+    name = desired.deployments[0]["metadata"]["name"]
+    theirs = {
+        "metadata": {
+            "name": name,
+            "ownerReferences": [{"uid": "x", "kind": "Thing", "name": "t", "controller": True}],
+        }
+    }
+    observed = Observed(nodes=nodes, deployments={name: theirs}, configmap=None, priority_classes={})
+    with pytest.raises(OwnershipConflict, match="belongs to Thing/t") as caught:
+        apply_writes(body, desired, observed, in_use_elsewhere=())
+    assert caught.value.kind == "Deployment"
+
+
+def test_cleanup_removes_only_what_the_plan_owns_and_keeps_classes_in_use() -> None:
+    body = PlanBody.from_object(plan())
+    mine = {"metadata": {"name": "d", "ownerReferences": [body.owner_reference()]}}
+    other = {"metadata": {"name": "e", "ownerReferences": [{"uid": "x"}]}}
+    labelled = node("n1")
+    labelled["metadata"]["labels"][KEY] = "n1"
+    managed = {
+        "metadata": {
+            "name": "ragnaros-cluster-critical-4",
+            "labels": {"app.kubernetes.io/managed-by": "gpuplan"},
+        }
+    }
+    used = {
+        "metadata": {
+            "name": "ragnaros-cluster-critical-8",
+            "labels": {"app.kubernetes.io/managed-by": "gpuplan"},
+        }
+    }
+    observed = Observed(
+        nodes=[labelled, node("n2")],
+        deployments={"d": mine, "e": other},
+        configmap=None,
+        priority_classes={"ragnaros-cluster-critical-4": managed, "ragnaros-cluster-critical-8": used},
+    )
+    writes = cleanup_writes(body, observed, in_use_elsewhere={"ragnaros-cluster-critical-8"})
+    assert [(w.step, w.verb, w.kind, w.name) for w in writes] == [
+        (Step.DROP_DEPLOYMENTS, Verb.DELETE, "Deployment", "d"),
+        (Step.UNLABEL_NODES, Verb.LABEL, "Node", "n1"),
+        (Step.PRUNE_PRIORITY_CLASSES, Verb.DELETE, "PriorityClass", "ragnaros-cluster-critical-4"),
+    ]
+
+
+def test_changes_describe_long_lists_briefly() -> None:
+    writes = [Write(Step.LABEL_NODES, Verb.LABEL, "Node", f"n{i:02d}", labels={KEY: "x"}) for i in range(25)]
+    text = Changes.of(writes).describe()
+    assert text.startswith("labelled nodes: n00, n01") and text.endswith("and 15 more")
