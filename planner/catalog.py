@@ -67,9 +67,14 @@ BUILTIN_OPERATORS: tuple[OperatorSpec, ...] = (
 
 
 def default_resources() -> tuple[ResourceType, ...]:
-    """The resource model used when a plan names none: P4 and T4 cards, and CPU nodes."""
+    """The resource model used when a plan names none: P4 and T4 cards, and CPU nodes.
+
+    CPU requests go to the nodes labelled as CPU nodes; on a cluster where no node carries that
+    label, they go to the free ``cpu`` of every schedulable node (GPU nodes included), so a
+    configuration that asks for a few cores plans on a cluster that never labelled CPU nodes.
+    """
     return (
         ResourceType("P4", ResourceKind.GPU, "nvidia.com/gpu", ((GPU_TYPE_LABEL, "P4"),)),
         ResourceType("T4", ResourceKind.GPU, "nvidia.com/gpu", ((GPU_TYPE_LABEL, "T4"),)),
-        ResourceType("CPU", ResourceKind.CPU, "cpu", ((GPU_TYPE_LABEL, "CPU"),)),
+        ResourceType("CPU", ResourceKind.CPU, "cpu", ((GPU_TYPE_LABEL, "CPU"),), any_node_when_unlabelled=True),
     )

@@ -15,7 +15,7 @@ import time
 from fractions import Fraction
 
 from planner.codes import ConflictKind, SolveStatus
-from planner.model import PlanSpec
+from planner.model import PlanSpec, ResourceKind
 from planner.options import Item, Split, TypeProblem
 from planner.result import Allocation, PlanResult
 from planner.solver import solve
@@ -66,55 +66,79 @@ def _why_not(problem: TypeProblem, item: Item, s: int, total: Fraction, deadline
     return "not decided within the explanation time budget"
 
 
-def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
+def _free_text(free: list[int]) -> str:
+    """Free units per node: each listed on a small cluster, grouped on a large one."""
+    if len(free) <= 16:
+        return ", ".join(map(str, sorted(free, reverse=True))) or "none"
+    counts: dict[int, int] = {}
+    for f in free:
+        counts[f] = counts.get(f, 0) + 1
+    return ", ".join(f"{f} (×{n})" if n > 1 else str(f) for f, n in sorted(counts.items(), reverse=True))
+
+
+def _type_section(
+    problem: TypeProblem, result: PlanResult, allocations: tuple[Allocation, ...], deadline: float
+) -> list[str]:
+    """One resource type's plan: its nodes, each request's split and nodes, and why not better."""
+    name = problem.resource.name
+    unit = "cards" if problem.resource.kind is ResourceKind.GPU else "cores"
+    by_key = {(a.operator, a.resource): a for a in allocations}
+    total = sum((_term(a) for a in allocations if a.resource == name), Fraction(0))
+    free = [f for _, f in problem.nodes]
+    st = next((s for s in result.stats if s.resource == name), None)
+    how = f"; decided by {st.method} in {st.seconds:.2f}s" if st else ""
+    lines = [
+        "",
+        f"{name}: {len(free)} usable nodes, {sum(free)} {unit} free (per node: {_free_text(free)}); "
+        f"score {_num(total)} of at most {_num(problem.upper_bound)}{how}",
+    ]
+    if problem.note:
+        lines.append(f"  note: {problem.note}")
+    for item in problem.items:
+        a = by_key[item.request.operator, name]
+        where = ", ".join(f"{n}×{c}" if c > 1 else n for n, c in a.nodes)
+        lines.append(
+            f"  {item.label:<24} {item.strategy.value:<8} {a.instances}×{a.units} "
+            f"(term {_num(a.term)})  on {where}"
+        )
+        for s, sp in enumerate(item.splits):
+            if sp.score > _term(a):
+                why = _why_not(problem, item, s, total, deadline)
+                lines.append(f"      not {sp.text} (term {_num(sp.score)}): {why}")
+        for k, g, why in item.rejected:
+            lines.append(f"      not {k}×{g}: not admissible, {why}")
+    return lines
+
+
+def _conflict_lines(result: PlanResult) -> list[str]:
     lines = []
+    for c in result.conflicts:
+        if c.kind is ConflictKind.TIMEOUT:
+            lines.append(f"  {c.resource}: {c.detail}; a longer --time-limit may find one")
+            continue
+        lines.append(f"  {c.resource}: these requests cannot be placed together: {', '.join(c.operators)}")
+        lines.append(f"    {c.detail}")
+        lines.append("    dropping or shrinking any one of them makes the rest fit")
+    if result.reason and not result.conflicts:
+        lines.append(f"  {result.reason}")
+    return lines
+
+
+def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
     head = f"Plan {spec.namespace}/{spec.name} (scoring {spec.scoring}): "
+    deadline = time.monotonic() + budget
     if not result.feasible:
-        lines.append(head + "NO DEPLOYABLE PLAN")
-        for c in result.conflicts:
-            if c.kind is ConflictKind.TIMEOUT:
-                lines.append(f"  {c.resource}: {c.detail}; a longer --time-limit may find one")
-                continue
-            lines.append(
-                f"  {c.resource}: these requests cannot be placed together: {', '.join(c.operators)}"
-            )
-            lines.append(f"    {c.detail}")
-            lines.append("    dropping or shrinking any one of them makes the rest fit")
-        if result.reason and not result.conflicts:
-            lines.append(f"  {result.reason}")
+        lines = [head + "NO DEPLOYABLE PLAN", *_conflict_lines(result)]
+        planned = {a.resource for a in result.partial}
+        if planned:
+            lines += ["", "The other types have a plan (nothing is applied while any type has none):"]
+            for problem in result.problems:
+                if problem.resource.name in planned:
+                    lines += _type_section(problem, result, result.partial, deadline)
         return "\n".join(lines) + "\n"
     status = "optimal (proven)" if result.optimal else f"best found, bound {_num(result.bound)}"
-    lines.append(head + f"score {_num(result.score)}, {status}")
+    lines = [head + f"score {_num(result.score)}, {status}"]
     lines.append(f"cards placed {result.cards_placed}/{result.cards_requested}")
-    deadline = time.monotonic() + budget
-    by_key = {(a.operator, a.resource): a for a in result.allocations}
-    type_scores: dict[str, Fraction] = {}
-    for a in result.allocations:
-        type_scores[a.resource] = type_scores.get(a.resource, Fraction(0)) + _term(a)
-    stats = {s.resource: s for s in result.stats}
     for problem in result.problems:
-        name = problem.resource.name
-        free = [f for _, f in problem.nodes]
-        st = stats.get(name)
-        how = f"; decided by {st.method} in {st.seconds:.2f}s" if st else ""
-        lines.append("")
-        lines.append(
-            f"{name}: {len(free)} usable nodes, {sum(free)} cards free "
-            f"(per node: {', '.join(map(str, sorted(free, reverse=True))) or 'none'}); "
-            f"score {_num(type_scores.get(name))} of at most {_num(problem.upper_bound)}{how}"
-        )
-        for item in problem.items:
-            a = by_key[item.request.operator, name]
-            where = ", ".join(f"{n}×{c}" if c > 1 else n for n, c in a.nodes)
-            lines.append(
-                f"  {item.label:<24} {item.strategy.value:<8} {a.instances}×{a.units} "
-                f"(term {_num(a.term)})  on {where}"
-            )
-            better = [s for s, sp in enumerate(item.splits) if sp.score > _term(a)]
-            for s in better:
-                why = _why_not(problem, item, s, type_scores.get(name, Fraction(0)), deadline)
-                sp = item.splits[s]
-                lines.append(f"      not {sp.text} (term {_num(sp.score)}): {why}")
-            for k, g, why in item.rejected:
-                lines.append(f"      not {k}×{g}: not admissible, {why}")
+        lines += _type_section(problem, result, result.allocations, deadline)
     return "\n".join(lines) + "\n"

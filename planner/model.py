@@ -63,9 +63,15 @@ class ResourceType:
     kind: ResourceKind
     resource_name: str
     node_selector: tuple[tuple[str, str], ...]
+    # when no node carries the selector's labels, use every schedulable node (the default CPU type)
+    any_node_when_unlabelled: bool = False
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.node_selector)
+
+    @property
+    def selector_text(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.node_selector) or "(any node)"
 
 
 @dataclass(frozen=True)
@@ -173,11 +179,15 @@ class Snapshot:
 
     nodes: tuple[Node, ...]
 
-    def usable(self, resource: ResourceType, tolerations: tuple[Toleration, ...]) -> list[Node]:
-        """Nodes of a type that a pod of this plan could be scheduled on, in name order."""
+    def labelled(self, resource: ResourceType) -> bool:
+        """Does any node, schedulable or not, carry the resource type's labels?"""
+        return any(resource.selects(node.label_map) for node in self.nodes)
+
+    def usable(self, resource: ResourceType | None, tolerations: tuple[Toleration, ...]) -> list[Node]:
+        """Nodes of a type (``None``: of any type) that a pod of this plan could run on, by name."""
         out = []
         for node in self.nodes:
-            if node.unschedulable or not resource.selects(node.label_map):
+            if node.unschedulable or (resource is not None and not resource.selects(node.label_map)):
                 continue
             blocking = [
                 t

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from planner.model import PlanSpec, Request, ResourceType, Snapshot
+from planner.model import PlanSpec, Request, ResourceKind, ResourceType, Snapshot
 from planner.strategies import SCORINGS, STRATEGIES, Strategy, StrategyRule
 
 
@@ -63,6 +63,17 @@ class TypeProblem:
     resource: ResourceType
     nodes: tuple[tuple[str, int], ...]  # usable nodes of the type: (name, free units)
     items: tuple[Item, ...]
+    any_node: bool = False  # no node carries the type's labels: every schedulable node is used
+
+    @property
+    def note(self) -> str | None:
+        """What a reader of the plan should know about where this type's nodes come from."""
+        if not self.any_node:
+            return None
+        return (
+            f"no node is labelled {self.resource.selector_text}: using the free "
+            f"{self.resource.resource_name} of every schedulable node"
+        )
 
     @property
     def largest(self) -> int:
@@ -74,7 +85,9 @@ class TypeProblem:
 
 
 def effective_strategy(spec: PlanSpec, request: Request) -> Strategy:
-    """A machine count fixes the split; else the operator's key strategy decides."""
+    """CPU is never split; a machine count fixes the split; else the operator's key strategy."""
+    if spec.resource(request.resource).kind is ResourceKind.CPU:
+        return Strategy.WHOLE
     if request.machines:
         return Strategy.SPECIAL
     return spec.operator(request.operator).key_strategy
@@ -101,13 +114,13 @@ def build_problems(spec: PlanSpec, snap: Snapshot) -> list[TypeProblem]:
         requests = [r for r in spec.requests if r.resource == resource.name]
         if not requests:
             continue
-        nodes = tuple(
-            (node.name, node.free(resource.resource_name)) for node in snap.usable(resource, spec.tolerations)
-        )
+        any_node = resource.any_node_when_unlabelled and not snap.labelled(resource)
+        usable = snap.usable(None if any_node else resource, spec.tolerations)
+        nodes = tuple((node.name, node.free(resource.resource_name)) for node in usable)
         largest = max((f for _, f in nodes), default=0)
         items = tuple(
             build_item(i, r, effective_strategy(spec, r), len(nodes), largest, spec.scoring)
             for i, r in enumerate(requests)
         )
-        out.append(TypeProblem(resource, nodes, items))
+        out.append(TypeProblem(resource, nodes, items, any_node))
     return out

@@ -34,6 +34,7 @@ from planner.vocab import API_VERSION, KIND, SEED_KEY
 
 _LINK_RE = re.compile(r"^(share|detach)-(\d+)-(\d+)$")
 _SEED_LONG = {"resource_num": "resourceNum", "machine_num": "machineNum"}
+CONFIG_PLAN_NAME = "ragnaros"  # the plan a ragnaros_operator_config JSON becomes
 
 
 def _mapping(value: Any, field: str) -> Mapping[str, Any]:
@@ -53,7 +54,7 @@ def _count(value: Any, field: str) -> int:
     return number
 
 
-def _find_seed(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _find_config(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
     if SEED_KEY in doc:
         return _mapping(doc[SEED_KEY], SEED_KEY)
     for value in doc.values():  # the product nests it one level down in its config file
@@ -65,9 +66,9 @@ def _find_seed(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def parse_plan(doc: Any) -> PlanSpec:
     """Parse a GpuAllocationPlan manifest, or the product's ``ragnaros_operator_config`` JSON."""
     doc = _mapping(doc, "plan")
-    seed = _find_seed(doc)
-    if seed is not None:
-        return parse_spec({"requests": _seed_requests(seed)}, name="seed", namespace="default")
+    config = _find_config(doc)
+    if config is not None:  # the product's configuration names no plan: call it after itself
+        return parse_spec({"requests": _config_requests(config)}, name=CONFIG_PLAN_NAME, namespace="default")
     if doc.get("kind") != KIND:
         raise InvalidInput("kind", f"expected {KIND} (or a {SEED_KEY} JSON), got {doc.get('kind')!r}")
     if doc.get("apiVersion") != API_VERSION:
@@ -80,7 +81,7 @@ def parse_plan(doc: Any) -> PlanSpec:
     return parse_spec(_mapping(doc.get("spec") or {}, "spec"), name=name, namespace=str(namespace))
 
 
-def _seed_requests(seed: Mapping[str, Any]) -> dict[str, Any]:
+def _config_requests(seed: Mapping[str, Any]) -> dict[str, Any]:
     """The product's JSON uses snake_case long forms; translate them to the CRD's camelCase."""
     out: dict[str, Any] = {}
     for op, value in seed.items():

@@ -90,6 +90,7 @@ def _entry(
     spec: PlanSpec,
     op: OperatorSpec,
     resource: ResourceType,
+    selector: Mapping[str, str],
     node: str,
     name: str,
     services: list[str],
@@ -97,8 +98,7 @@ def _entry(
     units: int,
 ) -> dict[str, Any]:
     pod: dict[str, Any] = {
-        "nodeSelector": dict(resource.node_selector)
-        | {plan_label_key(spec.namespace, spec.name): node_token(node)}
+        "nodeSelector": dict(selector) | {plan_label_key(spec.namespace, spec.name): node_token(node)}
     }
     if resource.kind is ResourceKind.GPU:
         pod["priorityClassName"] = priority_class_name(units)
@@ -129,21 +129,28 @@ def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
     """The flamewaker entries of a feasible plan, in allocation then node order."""
     out: list[Flamewaker] = []
     rendered_links: set[str] = set()
+    any_node = {p.resource.name for p in result.problems if p.any_node}
     for alloc in result.allocations:
         op = spec.operator(alloc.operator)
         resource = spec.resource(alloc.resource)
+        # a type that fell back to every node has no label to select: the plan's own label pins
+        selector = {} if resource.name in any_node else dict(resource.node_selector)
         links = [s for s in op.link_services if s not in rendered_links]
         rendered_links.update(links)
-        n_links, detached = op.link_strategy.links_for(alloc.units)
+        if resource.kind is ResourceKind.GPU:
+            n_links, detached = op.link_strategy.links_for(alloc.units)
+        else:  # cores are not cards: link services share the instance's cores, one each
+            n_links, detached = 1, False
         for node, count in alloc.nodes:
             key_units = alloc.units - (n_links if detached and links else 0)
             shared = [] if detached else [s for s in links for _ in range(n_links)]
             name = dns_name(spec.name, op.key_service, alloc.resource, node)
-            entry = _entry(spec, op, resource, node, name, [op.key_service, *shared], count, key_units)
+            services = [op.key_service, *shared]
+            entry = _entry(spec, op, resource, selector, node, name, services, count, key_units)
             out.append(Flamewaker(entry, node, count, key_units, resource))
             if detached and links:
                 name = dns_name(spec.name, links[0], "link", alloc.resource, node)
-                entry = _entry(spec, op, resource, node, name, links, count * n_links, 1)
+                entry = _entry(spec, op, resource, selector, node, name, links, count * n_links, 1)
                 out.append(Flamewaker(entry, node, count * n_links, 1, resource))
     return out
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from planner.codes import ConflictKind, Method, SolveStatus
 from planner.errors import InvalidInput
+from planner.model import ResourceKind
 from planner.options import TypeProblem
 from planner.strategies import Strategy
 
@@ -95,6 +96,7 @@ def read_allocations(value: Any, where: str = "allocations") -> tuple[Allocation
     return tuple(read_allocation(doc, f"{where}[{i}]") for i, doc in enumerate(value))
 
 
+GPU = ResourceKind.GPU
 Previous = dict[tuple[str, str], tuple[int, dict[str, int]]]  # (operator, resource) -> placement
 
 
@@ -165,14 +167,17 @@ class PlanResult:
     conflicts: tuple[Conflict, ...] = ()
     stats: tuple[TypeStats, ...] = ()
     problems: tuple[TypeProblem, ...] = field(default=(), compare=False, repr=False)
+    partial: tuple[Allocation, ...] = ()  # no plan: the allocations of the types that do have one
 
     @property
     def cards_requested(self) -> int:
-        return sum(it.request.cards for p in self.problems for it in p.items)
+        """GPU cards the requests ask for (CPU cores are not cards)."""
+        return sum(it.request.cards for p in self.problems if p.resource.kind is GPU for it in p.items)
 
     @property
     def cards_placed(self) -> int:
-        return sum(a.instances * a.units for a in self.allocations)
+        gpu = {p.resource.name for p in self.problems if p.resource.kind is GPU}
+        return sum(a.units_total for a in self.allocations if a.resource in gpu)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -187,5 +192,7 @@ class PlanResult:
             out["reason"] = self.reason
         if self.conflicts:
             out["conflicts"] = [c.to_json() for c in self.conflicts]
+        if self.partial:
+            out["partialAllocations"] = [a.to_json() for a in self.partial]
         out["search"] = [s.to_json() for s in self.stats]
         return out

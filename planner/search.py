@@ -55,6 +55,14 @@ def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool |
 
 
 def conflict(problem: TypeProblem, seconds: float = 10.0) -> Conflict:
+    """An irreducible set of this type's requests that cannot be placed together (see _conflict)."""
+    found = _conflict(problem, seconds)
+    if problem.note is None:
+        return found
+    return Conflict(found.resource, found.kind, found.operators, f"{found.detail}; {problem.note}")
+
+
+def _conflict(problem: TypeProblem, seconds: float) -> Conflict:
     """An irreducible set of this type's requests that cannot be placed together.
 
     Three cases, cheapest proof first: a request with no admissible split is a conflict alone;
@@ -234,6 +242,7 @@ def plan(
             conflicts=tuple(conflicts),
             stats=tuple(stats),
             problems=tuple(problems),
+            partial=tuple(allocations),
         )
     return PlanResult(
         feasible=True,
