@@ -76,5 +76,7 @@ def default_resources() -> tuple[ResourceType, ...]:
     return (
         ResourceType("P4", ResourceKind.GPU, "nvidia.com/gpu", ((GPU_TYPE_LABEL, "P4"),)),
         ResourceType("T4", ResourceKind.GPU, "nvidia.com/gpu", ((GPU_TYPE_LABEL, "T4"),)),
-        ResourceType("CPU", ResourceKind.CPU, "cpu", ((GPU_TYPE_LABEL, "CPU"),), any_node_when_unlabelled=True),
+        ResourceType(
+            "CPU", ResourceKind.CPU, "cpu", ((GPU_TYPE_LABEL, "CPU"),), any_node_when_unlabelled=True
+        ),
     )

@@ -74,14 +74,19 @@ def test_cpu_is_one_instance_with_every_core_whatever_the_operators_strategy() -
     }
 
 
-def test_without_cpu_nodes_every_schedulable_node_lends_its_cores(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_without_cpu_nodes_every_schedulable_node_lends_its_cores(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     nodes = NO_CPU_NODES
     nodes["items"][2]["spec"]["unschedulable"] = True
     (tmp_path / "nodes.yaml").write_text(yaml.safe_dump(nodes))
     code, out, _ = cli(capsys, str(CONFIG), "--nodes", str(tmp_path / "nodes.yaml"))
     assert code == 0, out
     assert "CPU: 2 usable nodes, 64 cores free" in out  # the cordoned node lends nothing
-    assert "no node is labelled gpuplan.ragnaros.io/gpu-type=CPU: using the free cpu of every schedulable node" in out
+    assert (
+        "no node is labelled gpuplan.ragnaros.io/gpu-type=CPU: using the free cpu of every schedulable node"
+        in out
+    )
     spec = parse_plan(config())
     result = plan(spec, snapshot(nodes))
     cpu = [f for f in render_flamewakers(spec, result) if f.resource.name == "CPU"]
@@ -107,6 +112,11 @@ def test_a_cpu_request_that_cannot_fit_names_itself_and_keeps_the_gpu_plan_visib
     doc = json.loads(out)
     assert code == 3 and not doc["feasible"] and doc["allocations"] == []
     assert doc["conflicts"] == [
-        {"resource": "CPU", "kind": "NoSplit", "requests": ["face_1vn"], "detail": doc["conflicts"][0]["detail"]}
+        {
+            "resource": "CPU",
+            "kind": "NoSplit",
+            "requests": ["face_1vn"],
+            "detail": doc["conflicts"][0]["detail"],
+        }
     ]
     assert {a["resource"] for a in doc["partialAllocations"]} == {"P4"}, "the types that have a plan"
