@@ -8,7 +8,7 @@ from typing import Any
 
 from planner.strategies import divisors
 
-TYPES = ("P4", "T4", "A10")
+TYPES = ("P4", "T4", "A10", "L4")
 
 
 def nodes_doc(per_type: dict[str, int], rng: random.Random, used: list[int]) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def large(tight: bool = False) -> tuple[dict[str, Any], dict[str, Any], int]:
     """
     rng = random.Random(153 if tight else 11)  # 153: every type 96-98% full
     used = [0, 1, 2, 3, 4, 5, 6, 7, 8] if tight else [0, 0, 0, 0, 2, 3, 4, 5, 8]
-    nodes = nodes_doc({t: 120 for t in TYPES}, rng, used)
+    nodes = nodes_doc({t: 120 for t in TYPES[:3]}, rng, used)
     sizes = [8, 12, 16, 16, 20, 24, 32] if tight else [4, 6, 8, 8, 12, 16, 16, 24, 32]
     reqs = []
     for i in range(80):
@@ -92,4 +92,52 @@ def large(tight: bool = False) -> tuple[dict[str, Any], dict[str, Any], int]:
             machines = rng.choice([k for k in divisors(cards) if cards // k <= 8])
         reqs.append((strategy, typ, cards, machines))
     combos = prod(option_count(s, c, 120) if not m else 1 for s, _, c, m in reqs)
-    return plan_doc("large", list(TYPES), reqs), nodes, combos
+    return plan_doc("large", list(TYPES[:3]), reqs), nodes, combos
+
+
+def scale(
+    nodes: int, requests: int | None, fill: float, seed: int = 1, types: int = 4
+) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """``nodes`` nodes over ``types`` card types, asking for about ``fill`` of the free cards.
+
+    Nodes are partly used (0-8 cards free); requests mix every strategy and sizes from 1 to 32
+    cards, including fixed machine counts. With ``requests`` None, requests are drawn until the
+    fill is reached (so the count grows with the cluster); with a number, that many are drawn and
+    the fill is only the target of their total. A tight fill leaves the best splits unplaceable:
+    the exact search has to work.
+    """
+    rng = random.Random(seed + 7919)  # requests: the same set whatever the node count
+    names = TYPES[:types]
+    per_type = {t: nodes // types + (1 if i < nodes % types else 0) for i, t in enumerate(names)}
+    used = [0, 1, 2, 3, 4, 5, 6, 7, 8] if fill > 0.9 else [0, 0, 0, 0, 2, 3, 4, 5, 8]
+    doc = nodes_doc(per_type, random.Random(seed), used)
+    free = {t: 0 for t in names}
+    for item in doc["items"]:
+        free[item["metadata"]["labels"]["gpuplan.ragnaros.io/gpu-type"]] += int(
+            item["status"]["allocatable"]["nvidia.com/gpu"]
+        )
+    sizes = [1, 2, 2, 3, 4, 4, 6, 8, 8, 12, 16, 16, 24, 32]
+    reqs: list[tuple[str, str, int, int]] = []
+    target = {t: int(free[t] * fill) for t in names}
+    asked = dict.fromkeys(names, 0)
+    count = requests if requests is not None else 10**9
+    i = 0
+    while len(reqs) < count:
+        typ = names[i % types]
+        i += 1
+        if requests is None and all(asked[t] >= target[t] for t in names):
+            break
+        room = target[typ] - asked[typ]
+        if room <= 0:
+            if requests is None:
+                continue
+            room = 1
+        cards = min(rng.choice(sizes), room) if requests is None else rng.choice(sizes)
+        strategy = rng.choice(["machine", "machine", "service", "service", "single", "special"])
+        machines = 0
+        if strategy == "special":
+            strategy = "machine"
+            machines = rng.choice([k for k in divisors(cards) if cards // k <= 8])
+        reqs.append((strategy, typ, cards, machines))
+        asked[typ] += cards
+    return plan_doc(f"scale-{nodes}", list(names), reqs), doc, len(reqs)

@@ -18,7 +18,6 @@ from planner.codes import ConflictKind, SolveStatus
 from planner.model import PlanSpec, ResourceKind
 from planner.options import Item, Split, TypeProblem
 from planner.result import Allocation, PlanResult
-from planner.solver import solve
 
 
 def _num(x: Fraction | None) -> str:
@@ -52,6 +51,8 @@ def _why_not(problem: TypeProblem, item: Item, s: int, total: Fraction, deadline
     left = deadline - time.monotonic()
     if left <= 0:
         return "not analysed (explanation time budget used up)"
+    from planner.solver import solve  # OR-Tools only when a better split needs explaining
+
     out = solve(problem, seconds=min(left, 2.0), forced={item.index: s})
     if out.status is SolveStatus.INFEASIBLE:
         return "does not fit together with the other requests on these nodes"
@@ -139,6 +140,8 @@ def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
     status = "optimal (proven)" if result.optimal else f"best found, bound {_num(result.bound)}"
     lines = [head + f"score {_num(result.score)}, {status}"]
     lines.append(f"cards placed {result.cards_placed}/{result.cards_requested}")
+    if result.moved is not None:
+        lines.append(f"moved {result.moved} instance(s) from the previous plan")
     for problem in result.problems:
         lines += _type_section(problem, result, result.allocations, deadline)
     return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from planner.strategies import DEFAULT_SCORING, Strategy
@@ -137,17 +138,15 @@ class PlanSpec:
     tolerations: tuple[Toleration, ...] = ()
     image: str = "ragnaros/flamewaker:latest"
 
+    @cached_property
+    def _by_name(self) -> tuple[dict[str, ResourceType], dict[str, OperatorSpec]]:
+        return {r.name: r for r in self.resources}, {o.name: o for o in self.operators}
+
     def resource(self, name: str) -> ResourceType:
-        for r in self.resources:
-            if r.name == name:
-                return r
-        raise KeyError(name)
+        return self._by_name[0][name]
 
     def operator(self, name: str) -> OperatorSpec:
-        for o in self.operators:
-            if o.name == name:
-                return o
-        raise KeyError(name)
+        return self._by_name[1][name]
 
 
 @dataclass(frozen=True)
@@ -161,15 +160,18 @@ class Node:
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
 
-    @property
+    @cached_property
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
 
+    @cached_property
+    def _units(self) -> tuple[dict[str, int], dict[str, int]]:
+        return dict(self.allocatable), dict(self.used)
+
     def free(self, resource_name: str) -> int:
         """Free whole units of a resource (cards, or whole CPU cores)."""
-        alloc = dict(self.allocatable).get(resource_name, 0)
-        used = dict(self.used).get(resource_name, 0)
-        left = max(0, alloc - used)
+        alloc, used = self._units
+        left = max(0, alloc.get(resource_name, 0) - used.get(resource_name, 0))
         return left // 1000 if resource_name == "cpu" else left
 
 

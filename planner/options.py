@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from planner.model import PlanSpec, Request, ResourceKind, ResourceType, Snapshot
 from planner.strategies import SCORINGS, STRATEGIES, Strategy, StrategyRule
@@ -93,18 +94,26 @@ def effective_strategy(spec: PlanSpec, request: Request) -> Strategy:
     return spec.operator(request.operator).key_strategy
 
 
-def build_item(index: int, request: Request, strategy: Strategy, n: int, largest: int, scoring: str) -> Item:
-    p = request.cards
+@lru_cache(maxsize=4096)
+def _splits(
+    strategy: Strategy, p: int, machines: int | None, n: int, largest: int, scoring: str
+) -> tuple[tuple[Split, ...], tuple[tuple[int, int, str], ...]]:
+    """Admissible splits, best first, and the rejected ones; requests of one shape share them."""
     rule, score = STRATEGIES[strategy], SCORINGS[scoring].score
     splits, rejected = [], []
-    for k, why in rule.admissible(p, n, largest, request.machines):
+    for k, why in rule.admissible(p, n, largest, machines):
         if why is None:
             splits.append(Split(k, p // k, score(strategy, p, k, n)))
         else:
             rejected.append((k, p // k if k else 0, why))
     # best score first; among equals, the split the strategy prefers (spread or concentrate)
     splits.sort(key=lambda s: (-s.score, s.instances if rule.concentrates else -s.instances))
-    return Item(index, request, strategy, tuple(splits), tuple(rejected))
+    return tuple(splits), tuple(rejected)
+
+
+def build_item(index: int, request: Request, strategy: Strategy, n: int, largest: int, scoring: str) -> Item:
+    splits, rejected = _splits(strategy, request.cards, request.machines, n, largest, scoring)
+    return Item(index, request, strategy, splits, rejected)
 
 
 def build_problems(spec: PlanSpec, snap: Snapshot) -> list[TypeProblem]:

@@ -285,6 +285,8 @@ _SUFFIX = {
 def parse_quantity(value: Any, resource: str, field: str) -> int:
     """A Kubernetes quantity as an int: millicores for ``cpu``, whole units otherwise."""
     text = str(value).strip()
+    if text.isdigit():  # the common case ("8", "32"): no Decimal needed
+        return int(text) * 1000 if resource == "cpu" else int(text)
     try:
         if text.endswith("m"):
             number = Decimal(text[:-1]) / 1000

@@ -168,6 +168,7 @@ class PlanResult:
     stats: tuple[TypeStats, ...] = ()
     problems: tuple[TypeProblem, ...] = field(default=(), compare=False, repr=False)
     partial: tuple[Allocation, ...] = ()  # no plan: the allocations of the types that do have one
+    moved: int | None = None  # with a previous plan: instances not where it had them
 
     @property
     def cards_requested(self) -> int:
@@ -188,6 +189,8 @@ class PlanResult:
         }
         if self.bound is not None and self.bound != self.score:
             out["bound"] = number(self.bound)
+        if self.moved is not None:
+            out["moved"] = self.moved
         if self.reason:
             out["reason"] = self.reason
         if self.conflicts:

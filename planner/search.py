@@ -17,10 +17,10 @@ from fractions import Fraction
 from planner.codes import ConflictKind, Method, SolveStatus
 from planner.model import PlanSpec, Snapshot
 from planner.options import Item, TypeProblem, build_problems
-from planner.place import NodeCounts, Previous, greedy_place
+from planner.outcome import Outcome, Progress
+from planner.place import NodeCounts, Previous, greedy_place, improvable, moved
 from planner.result import Allocation, Conflict, PlanResult, TypeStats
 from planner.result import Previous as PreviousPlan
-from planner.solver import Outcome, Progress, polish, solve
 
 CONFLICT_SECONDS = 10.0  # at most this long to shrink one type's conflict
 
@@ -50,6 +50,8 @@ def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool |
     )
     if greedy_place(sub, [0] * len(subset)) is not None:
         return True
+    from planner.solver import solve
+
     out = solve(problem, seconds=seconds, subset=subset, optimize=False)
     return {SolveStatus.INFEASIBLE: False, SolveStatus.UNKNOWN: None}.get(out.status, True)
 
@@ -143,7 +145,11 @@ def solve_type(
     polish_seconds: float = 0.5,
     progress: Progress | None = None,
 ) -> tuple[Outcome, Method]:
-    """Solve one type; returns the outcome and the method that decided it."""
+    """Solve one type; returns the outcome and the method that decided it.
+
+    The solver (and OR-Tools with it) is imported only when the fast path does not decide: a
+    re-plan that keeps every best split never pays for it.
+    """
     start = time.monotonic()
     if any(not it.splits for it in problem.items):
         return Outcome(status=SolveStatus.INFEASIBLE), Method.NONE
@@ -153,27 +159,22 @@ def solve_type(
     placed = greedy_place(problem, best, previous)
     if placed is not None:
         ub = problem.upper_bound
-        out = Outcome(SolveStatus.OPTIMAL, best, placed, ub, ub)
-        if polish_seconds > 0 and _worth_polishing(problem, previous):
-            polish(problem, out, polish_seconds, workers=workers, previous=previous)
-        out.seconds = time.monotonic() - start
-        return out, Method.FAST_PATH
-    out = solve(
-        problem,
-        seconds=seconds,
-        workers=workers,
-        previous=previous,
-        polish_seconds=polish_seconds,
-        progress=progress,
-    )
-    return out, Method.CP_SAT
+        out, method = Outcome(SolveStatus.OPTIMAL, best, placed, ub, ub), Method.FAST_PATH
+    else:
+        from planner.solver import solve
 
+        out = solve(problem, seconds=seconds, workers=workers, previous=previous, progress=progress)
+        method = Method.CP_SAT
+    if out.choice is not None and out.nodes is not None and out.score is not None:
+        picked = improvable(problem, out.choice, out.nodes, previous or {}) if polish_seconds > 0 else []
+        if picked:
+            from planner.solver import polish
 
-def _worth_polishing(problem: TypeProblem, previous: Previous | None) -> bool:
-    """Greedy placement is already good when nothing moved and no request wants concentrating."""
-    return bool(previous) or any(
-        (it.rule.concentrates or it.rule.spreads) and it.splits[0].instances > 1 for it in problem.items
-    )
+            polish(problem, out, polish_seconds, picked, workers=workers, previous=previous)
+        if previous is not None:
+            out.moved = moved(problem, out.choice, out.nodes, previous)
+    out.seconds = time.monotonic() - start
+    return out, method
 
 
 def plan(
@@ -194,9 +195,12 @@ def plan(
     stats: list[TypeStats] = []
     score, bound = Fraction(0), Fraction(0)
     optimal, unknown = True, []
+    moves: int | None = None if previous is None else 0
     for n, problem in enumerate(problems):
         share = max(0.05, (deadline - time.monotonic()) / (len(problems) - n))
-        prev = {op: v for (op, res), v in (previous or {}).items() if res == problem.resource.name}
+        prev = None
+        if previous is not None:
+            prev = {op: v for (op, res), v in previous.items() if res == problem.resource.name}
         out, method = solve_type(
             problem,
             share,
@@ -227,6 +231,8 @@ def plan(
             unknown.append(problem.resource.name)
             continue
         allocations.extend(_allocations(problem, out.choice, out.nodes))
+        if moves is not None:
+            moves += out.moved or 0
         assert out.score is not None and out.bound is not None
         score += out.score
         bound += out.bound
@@ -252,4 +258,5 @@ def plan(
         allocations=tuple(allocations),
         stats=tuple(stats),
         problems=tuple(problems),
+        moved=moves,
     )

@@ -1,25 +1,24 @@
-"""Exact search for one resource type: a CP-SAT model of choice, packing and spreading.
+"""Exact search for one resource type with CP-SAT, and the placement polish.
 
 Notes
 -----
 Per type the question is: pick one split per request so the sum of terms is highest, and place
-every instance on a node so no node exceeds its free cards and no two instances of a service
-request share a node. That is a generalised bin packing; the seed's answer (sort every
-combination, then a greedy check) is both exponential and wrong in both directions. CP-SAT
-proves optimality (or infeasibility) and, when time runs out, returns its best plan with the
-proven bound, which is exactly the contract's ``optimal`` semantics.
+every instance on a node so no node exceeds its free units and no two instances of a service
+request share a node. That is a generalised bin packing; enumerating combinations and checking
+each greedily is both exponential and wrong in both directions. CP-SAT proves optimality (or
+infeasibility) and, when time runs out, returns its best plan with the proven bound, which is
+exactly what ``optimal`` means in the output.
 
-The model is kept small and strong:
+:func:`solve` uses the model over node classes (:mod:`planner.classes`), whose size does not
+depend on the number of nodes. The model over individual nodes (:class:`TypeModel`, one integer
+per request × split × node) remains for two jobs: types whose node classes would need too many
+patterns (a CPU type with hundreds of cores and many request sizes), and the polish.
 
-- one boolean per (request, split) and one integer per (request, split, node) where the split
-  fits the node at all, bounded by how many of its instances the node can hold (1 for service);
-- nodes with the same free cards and no previous placement are interchangeable, so their loads
-  are ordered (symmetry breaking: without it the solver re-proves the same packing n! times);
-- scores are exact fractions scaled by the lcm of their denominators.
-
-A second, optional pass ("polish") keeps the proven score fixed and improves placement quality:
-fewest instances moved from a previous plan first, then machine requests on fewest nodes and
-single/special requests on most nodes.
+The polish keeps the proven score fixed and improves placement quality: fewest instances moved
+from a previous plan first, then machine requests on fewest nodes and single/special requests on
+most nodes. It never models the whole cluster: :func:`polish` takes the requests that can improve
+and a neighbourhood of nodes (theirs, and the roomiest others), with everything else held fixed,
+within a deterministic-time budget that includes building the model.
 """
 
 from __future__ import annotations
@@ -27,31 +26,15 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
-from ortools.sat.python import cp_model
-
+from planner import classes
 from planner.codes import SolveStatus
-from planner.options import TypeProblem
-from planner.place import NodeCounts, Previous
-
-Progress = Callable[[str], None]
-
-
-@dataclass
-class Outcome:
-    """What one solve established."""
-
-    status: SolveStatus
-    choice: list[int] | None = None
-    nodes: list[NodeCounts] | None = None
-    score: Fraction | None = None
-    bound: Fraction | None = None
-    seconds: float = 0.0
-    branches: int = 0
-    notes: list[str] = field(default_factory=list)
+from planner.cpsat import cp_model
+from planner.options import Item, TypeProblem
+from planner.outcome import Outcome, Progress
+from planner.place import NodeCounts, Previous, greedy_place
 
 
 class TypeModel:
@@ -189,30 +172,49 @@ class TypeModel:
         return sum(terms)
 
 
-def _solver(seconds: float, workers: int) -> cp_model.CpSolver:
+def _solver(seconds: float, workers: int, linearization: int = 1) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, seconds)
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = 0
     # Probing in presolve costs more than it saves on these models: the 97%-full 3×120-node bench
-    # case solves in 6.8 s instead of 10.6 s with it (same answer, still proven optimal).
+    # case solved in 6.8 s instead of 10.6 s with it on the per-node model (same answer).
     solver.parameters.cp_model_probing_level = 0
+    solver.parameters.linearization_level = linearization
     return solver
 
 
+# The class model's distinct-node rows are enforced by a choice of λ; with the LP relaxation of
+# those choices (level 2) CP-SAT proves a tight 97%-full 90-node type in 0.03 s that it could not
+# decide in 20 s at the default level, and costs nothing measurable on the 5,000-node cases.
+CLASS_LINEARIZATION = 2
+
+
 class _Reporter(cp_model.CpSolverSolutionCallback):
-    def __init__(self, tm: TypeModel, progress: Progress | None, start: float) -> None:
+    def __init__(self, problem: TypeProblem, scale: int, progress: Progress | None, start: float) -> None:
         super().__init__()
-        self.tm, self.progress, self.start = tm, progress, start
+        self.problem, self.scale, self.progress, self.start = problem, scale, progress, start
 
     def on_solution_callback(self) -> None:
         if self.progress is not None:
-            best = Fraction(int(self.objective_value), self.tm.scale)
-            bound = Fraction(math.floor(self.best_objective_bound), self.tm.scale)
+            best = Fraction(int(self.objective_value), self.scale)
+            bound = Fraction(math.floor(self.best_objective_bound), self.scale)
             self.progress(
-                f"{self.tm.problem.resource.name}: best {float(best):.4g}, "
+                f"{self.problem.resource.name}: best {float(best):.4g}, "
                 f"bound {float(bound):.4g} after {time.monotonic() - self.start:.1f}s"
             )
+
+
+def _status(status: cp_model.CpSolverStatus, optimize: bool) -> SolveStatus:
+    if status == cp_model.INFEASIBLE:
+        return SolveStatus.INFEASIBLE
+    if status == cp_model.OPTIMAL or (status == cp_model.FEASIBLE and not optimize):
+        return SolveStatus.OPTIMAL
+    return SolveStatus.FEASIBLE if status == cp_model.FEASIBLE else SolveStatus.UNKNOWN
+
+
+def _bound(solver: cp_model.CpSolver, scale: int) -> Fraction:
+    return Fraction(math.floor(solver.best_objective_bound + 1e-6), scale)
 
 
 def solve(
@@ -224,58 +226,146 @@ def solve(
     forced: Mapping[int, int] | None = None,
     subset: Sequence[int] | None = None,
     optimize: bool = True,
-    polish_seconds: float = 0.0,
     progress: Progress | None = None,
 ) -> Outcome:
-    """Solve one type exactly within ``seconds``; see the module notes for the model."""
+    """Solve one type exactly within ``seconds`` (over node classes when it can).
+
+    With ``subset`` only those items are considered and no placement is returned, only the
+    verdict (the conflict search asks "can these fit together?").
+    """
     start = time.monotonic()
+    cm = classes.build(problem, subset=subset, forced=forced)
+    if cm is None:
+        return solve_nodes(
+            problem, seconds=seconds, workers=workers, previous=previous, forced=forced, subset=subset,
+            optimize=optimize, progress=progress, start=start,
+        )  # fmt: skip
+    if optimize:
+        cm.model.maximize(cm.objective)
+    solver = _solver(seconds, workers, CLASS_LINEARIZATION)
+    status = solver.solve(cm.model, _Reporter(cm.problem, cm.scale, progress, start) if optimize else None)
+    out = Outcome(status=_status(status, optimize), branches=solver.num_branches)
+    if out.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) and subset is None:
+        choice, counts = cm.read(solver, previous)
+        out.choice = choice
+        out.nodes = greedy_place(problem, choice, previous) or classes.realize(
+            cm, choice, counts, previous or {}
+        )
+        if optimize:
+            out.score = Fraction(round(solver.objective_value), cm.scale)
+            out.bound = _bound(solver, cm.scale)
+    elif optimize and out.status is not SolveStatus.INFEASIBLE:
+        out.bound = _bound(solver, cm.scale)
+    out.seconds = time.monotonic() - start
+    return out
+
+
+def solve_nodes(
+    problem: TypeProblem,
+    *,
+    seconds: float = 30.0,
+    workers: int = 1,
+    previous: Previous | None = None,
+    forced: Mapping[int, int] | None = None,
+    subset: Sequence[int] | None = None,
+    optimize: bool = True,
+    progress: Progress | None = None,
+    start: float | None = None,
+) -> Outcome:
+    """The per-node model: for types whose node classes would need too many patterns (and tests)."""
+    start = time.monotonic() if start is None else start
     tm = TypeModel(problem, subset=subset, forced=forced, previous=previous)
     if optimize:
         tm.model.maximize(tm.objective)
     solver = _solver(seconds, workers)
-    status = solver.solve(tm.model, _Reporter(tm, progress, start) if optimize else None)
-    out = Outcome(status=SolveStatus.UNKNOWN, branches=solver.num_branches)
-    if status == cp_model.INFEASIBLE:
-        out.status = SolveStatus.INFEASIBLE
-    elif status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        optimal = status == cp_model.OPTIMAL or not optimize
-        out.status = SolveStatus.OPTIMAL if optimal else SolveStatus.FEASIBLE
+    status = solver.solve(tm.model, _Reporter(problem, tm.scale, progress, start) if optimize else None)
+    out = Outcome(status=_status(status, optimize), branches=solver.num_branches)
+    if out.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
         out.choice, out.nodes = tm.read(solver)
         if optimize:
-            best = round(solver.objective_value)
-            out.score = Fraction(best, tm.scale)
-            out.bound = Fraction(math.floor(solver.best_objective_bound + 1e-6), tm.scale)
-            if polish_seconds > 0:
-                polish(problem, out, polish_seconds, workers=workers, tm=tm)
-    elif optimize:
-        out.bound = Fraction(math.floor(solver.best_objective_bound + 1e-6), tm.scale)
+            out.score = Fraction(round(solver.objective_value), tm.scale)
+            out.bound = _bound(solver, tm.scale)
+    elif optimize and out.status is not SolveStatus.INFEASIBLE:
+        out.bound = _bound(solver, tm.scale)
     out.seconds = time.monotonic() - start
     return out
+
+
+NEIGHBOURHOOD = 48  # the roomiest other nodes a polish may move instances onto
+POLISH_VARIABLES = 40_000  # a bigger per-node model is not worth its build time
+
+
+def _neighbourhood(
+    problem: TypeProblem, out: Outcome, picked: Sequence[int], previous: Previous
+) -> tuple[TypeProblem, dict[str, tuple[int, dict[str, int]]]] | None:
+    """The polish's sub-problem: the picked items, their nodes and the roomiest others, rest fixed."""
+    assert out.choice is not None and out.nodes is not None
+    free = dict(problem.nodes)
+    fixed: dict[str, int] = {}
+    used: dict[str, int] = {}
+    hood: set[str] = set()
+    for it in problem.items:
+        units = it.splits[out.choice[it.index]].units
+        for node, n in out.nodes[it.index].items():
+            used[node] = used.get(node, 0) + n * units
+            if it.index not in picked:
+                fixed[node] = fixed.get(node, 0) + n * units
+    for i in picked:
+        hood |= set(out.nodes[i])
+        hood |= {n for n in previous.get(problem.items[i].label, (0, {}))[1] if n in free}
+    others = sorted((n for n in free if n not in hood), key=lambda n: (used.get(n, 0) - free[n], n))
+    hood |= set(others[:NEIGHBOURHOOD])
+    nodes = tuple((n, free[n] - fixed.get(n, 0)) for n in sorted(hood))
+    items = tuple(
+        Item(j, problem.items[i].request, problem.items[i].strategy, problem.items[i].splits, ())
+        for j, i in enumerate(picked)
+    )
+    if sum(len(it.splits) for it in items) * len(nodes) > POLISH_VARIABLES:
+        return None
+    prev = {
+        problem.items[i].label: (u, {n: c for n, c in before.items() if n in hood})
+        for i in picked
+        if (entry := previous.get(problem.items[i].label)) is not None
+        for u, before in [entry]
+    }
+    return TypeProblem(problem.resource, nodes, items, problem.any_node), prev
 
 
 def polish(
     problem: TypeProblem,
     out: Outcome,
     seconds: float,
+    picked: Sequence[int],
     *,
     workers: int = 1,
     previous: Previous | None = None,
-    tm: TypeModel | None = None,
 ) -> None:
-    """Keep the score, improve placement quality; keep the old answer if no better one is found."""
+    """Keep the score, improve the placement of ``picked`` items in their neighbourhood.
+
+    The old placement stays when no better one is found within the budget (deterministic time,
+    not wall time: the same input gives the same placement on a busy machine).
+    """
     assert out.choice is not None and out.nodes is not None and out.score is not None
     start = time.monotonic()
-    if tm is None:
-        tm = TypeModel(problem, previous=previous)
-    tm.model.add(tm.objective >= int(out.score * tm.scale))
-    tm.hint(out.choice, out.nodes)
-    tm.model.minimize(tm.secondary(out.choice, out.nodes))
-    # deterministic time, not wall time: the same input gives the same placement on a busy machine
+    found = _neighbourhood(problem, out, picked, previous or {})
+    if found is None:
+        out.notes.append("placement not polished (neighbourhood too large)")
+        return
+    sub, prev = found
+    choice = [out.choice[i] for i in picked]
+    nodes = [dict(out.nodes[i]) for i in picked]
+    tm = TypeModel(sub, previous=prev)
+    score = sum((sub.items[j].splits[c].score for j, c in enumerate(choice)), Fraction(0))
+    tm.model.add(tm.objective >= int(score * tm.scale))
+    tm.hint(choice, nodes)
+    tm.model.minimize(tm.secondary(choice, nodes))
     solver = _solver(seconds * 4, workers)
     solver.parameters.max_deterministic_time = seconds
     status = solver.solve(tm.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        out.choice, out.nodes = tm.read(solver)
+        new_choice, new_nodes = tm.read(solver)
+        for j, i in enumerate(picked):
+            out.choice[i], out.nodes[i] = new_choice[j], new_nodes[j]
         out.branches += solver.num_branches
         out.notes.append("placement " + ("optimal" if status == cp_model.OPTIMAL else "improved"))
     out.seconds += time.monotonic() - start

@@ -9,8 +9,8 @@ import pytest
 
 from planner.codes import Method
 from planner.options import TypeProblem
+from planner.outcome import Outcome
 from planner.search import conflict, solve_type
-from planner.solver import Outcome
 from tests.bruteforce import seed_greedy_check
 from tests.helpers import check_placement, problem
 
