@@ -1,91 +1,212 @@
-"""``make bench``: the planner against the seed's method, and alone on the large cases.
+"""``make bench`` (planner part): the scale curve, re-plans after a cordon, and the previous release.
 
-Every run is a separate process, timed by wall clock, with its peak memory from ``wait4``; the
-planner runs through the real command line (``gpuplan plan -o json``), start-up included.
+Every point is a separate process running the real command line (``gpuplan plan -o json``), timed
+by wall clock, with its peak memory from ``wait4``. Every answer is checked by an independent
+validator (instance counts, free units, distinct nodes) before its time is printed.
+
+The comparison in the same run: the release before the node-class model (git ``BASELINE``) runs
+the same inputs as far as it finishes within ``--baseline-timeout``; its ratio to today's planner
+is what to read (this machine is shared and noisy, absolute times move between runs).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from instances import large, medium  # noqa: E402
+from instances import large, medium, scale  # noqa: E402
+from validate import validate  # noqa: E402
 
 OUT = HERE / "out"
-GPUPLAN = [str(Path(sys.executable).with_name("gpuplan"))]
+BASELINE = "621d1d4"  # the last release whose exact search modelled every node
+CLI = [sys.executable, "-c", "import sys; from planner.cli import main; sys.exit(main())"]
 
 
-def run(cmd: list[str]) -> tuple[float, float, dict[str, Any]]:
-    """Wall seconds, peak RSS in MB, and the JSON the command printed."""
+def run(
+    cmd: list[str], env: dict[str, str] | None = None, timeout: float | None = None
+) -> tuple[float, float, Any]:
+    """Wall seconds, peak RSS in MB, and the JSON the command printed (None on a time-out)."""
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert proc.stdout is not None
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.monotonic() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode not in (0, 3):
-        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}")
-    return wall, usage.ru_maxrss / 1024, json.loads(out)
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, env=env)
+        deadline = None if timeout is None else start + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                return time.monotonic() - start, 0.0, None
+            time.sleep(0.005)
+        wall = time.monotonic() - start
+        code = os.waitstatus_to_exitcode(status)
+        if code not in (0, 3):
+            raise SystemExit(f"{' '.join(cmd)} exited {code}")
+        out.seek(0)
+        return wall, usage.ru_maxrss / 1024, json.loads(out.read())
 
 
 def write(name: str, plan: dict[str, Any], nodes: dict[str, Any]) -> tuple[str, str]:
     OUT.mkdir(exist_ok=True)
-    p, n = OUT / f"{name}-plan.yaml", OUT / f"{name}-nodes.yaml"
-    p.write_text(yaml.safe_dump(plan))
-    n.write_text(yaml.safe_dump(nodes))
+    p, n = OUT / f"{name}-plan.json", OUT / f"{name}-nodes.json"
+    p.write_text(json.dumps(plan))
+    n.write_text(json.dumps(nodes))
     return str(p), str(n)
 
 
-def row(case: str, who: str, wall: float, mb: float, res: dict[str, Any]) -> None:
-    score = res.get("score")
-    print(
-        f"{case:<34} {who:<22} {wall:>8.2f} {mb:>8.0f}  {res.get('feasible')!s:<6} "
-        f"{res.get('optimal', '-')!s:<6} {score if score is not None else '-'}",
-        flush=True,
-    )
-
-
-def planner_runs(case: str, plan: str, nodes: str, repeat: int) -> float:
-    walls = []
-    for _ in range(repeat):
-        wall, mb, res = run([*GPUPLAN, "plan", plan, "--nodes", nodes, "-o", "json", "-q"])
-        walls.append(wall)
-    row(case, f"gpuplan (median of {repeat})", statistics.median(walls), mb, res)
-    for s in res.get("search", []):
-        print(
-            f"{'':<34}   {s['resource']}: {s['method']}, {s['status']}, "
-            f"{s['seconds']}s, {s['branches']} branches"
+def baseline_env() -> dict[str, str] | None:
+    """A checkout of BASELINE on PYTHONPATH (git worktree under bench/out), or None without git."""
+    tree = OUT / f"baseline-{BASELINE}"
+    if not (tree / "planner").is_dir():
+        OUT.mkdir(exist_ok=True)
+        made = subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(tree), BASELINE],
+            capture_output=True,
+            text=True,
         )
-    return statistics.median(walls)
+        if made.returncode != 0:
+            print(f"(no baseline: git worktree add failed: {made.stderr.strip()})")
+            return None
+    return os.environ | {"PYTHONPATH": str(tree)}
+
+
+def describe(res: dict[str, Any] | None) -> str:
+    if res is None:
+        return "timed out"
+    if not res.get("feasible"):
+        return "no plan" + ("" if res.get("optimal") else " found in time")
+    gap = ""
+    if res.get("bound") is not None and res["score"]:
+        gap = f", gap {100 * (res['bound'] - res['score']) / abs(res['score']):.2f}%"
+    how = "/".join(sorted({s["method"] for s in res.get("search", [])}))
+    return f"{'optimal' if res['optimal'] else 'best found'} ({how}){gap}, score {res['score']:g}"
+
+
+HEAD = f"{'case':<44} {'planner':<16} {'wall s':>8} {'peak MB':>8}  result"
+
+
+def row(case: str, who: str, wall: float, mb: float, res: dict[str, Any] | None, extra: str = "") -> None:
+    print(f"{case:<44} {who:<16} {wall:>8.2f} {mb:>8.0f}  {describe(res)}{extra}", flush=True)
+
+
+def point(
+    label: str, plan: str, nodes: str, repeat: int, base: dict[str, str] | None, base_timeout: float,
+    extra_args: tuple[str, ...] = (),
+) -> dict[str, Any]:  # fmt: skip
+    walls, mbs, res = [], [], None
+    for _ in range(repeat):
+        wall, mb, res = run([*CLI, "plan", plan, "--nodes", nodes, "-o", "json", "-q", *extra_args])
+        walls.append(wall)
+        mbs.append(mb)
+    assert res is not None
+    problems = validate(plan, nodes, res)
+    if problems:
+        raise SystemExit(f"{label}: invalid answer: {problems[:3]}")
+    wall = statistics.median(walls)
+    row(label, "gpuplan" + (f" (med. {repeat})" if repeat > 1 else ""), wall, max(mbs), res)
+    out = {"case": label, "wall": wall, "mb": max(mbs), "result": describe(res), "score": res.get("score")}
+    if base is not None:
+        bwall, bmb, bres = run([*CLI, "plan", plan, "--nodes", nodes, "-o", "json", "-q"], base, base_timeout)
+        ratio = f"  ({bwall / wall:.0f}x slower)" if bres is not None else f"  (> {bwall / wall:.0f}x)"
+        same = "" if bres is None or bres.get("score") == res.get("score") else "  DIFFERENT SCORE"
+        row("", f"release {BASELINE}", bwall, bmb, bres, ratio + same)
+        out |= {"baseline_wall": bwall, "baseline_done": bres is not None}
+    return out
+
+
+def replan_point(label: str, plan: str, nodes: str, first: dict[str, Any]) -> dict[str, Any]:
+    """Cordon the node holding most instances, re-plan with --previous: time and instances moved."""
+    held: dict[str, int] = {}
+    for a in first["allocations"]:
+        for n, c in a["nodes"].items():
+            held[n] = held.get(n, 0) + c
+    victim = max(held, key=lambda n: (held[n], n))
+    doc = json.loads(Path(nodes).read_text())
+    for item in doc["items"]:
+        if item["metadata"]["name"] == victim:
+            item.setdefault("spec", {})["unschedulable"] = True
+    cordoned = Path(nodes).with_name(Path(nodes).stem + "-cordoned.json")
+    cordoned.write_text(json.dumps(doc))
+    previous = Path(nodes).with_name(Path(nodes).stem + "-previous.json")
+    previous.write_text(json.dumps(first))
+    wall, mb, res = run(
+        [*CLI, "plan", plan, "--nodes", str(cordoned), "--previous", str(previous), "-o", "json", "-q"]
+    )
+    problems = validate(plan, str(cordoned), res)
+    if problems:
+        raise SystemExit(f"{label}: invalid answer: {problems[:3]}")
+    row(
+        label, "gpuplan", wall, mb, res, f"; moved {res.get('moved')} (the cordoned node held {held[victim]})"
+    )
+    return {"case": label, "wall": wall, "mb": mb, "moved": res.get("moved"), "held": held[victim]}
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
-    print(f"{'case':<34} {'planner':<22} {'wall s':>8} {'peak MB':>8}  {'feas.':<6} {'opt.':<6} score")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer points, no baseline, no brute force")
+    ap.add_argument("--baseline-timeout", type=float, default=90.0)
+    args = ap.parse_args()
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "points": []}
+    base = None if args.quick else baseline_env()
+    print(HEAD)
+
     plan, nodes, combos = medium()
     p, n = write("medium", plan, nodes)
-    case = f"medium: 2 types, 20 nodes, 18 req, {combos / 1e6:.1f}M combos"
-    ours = planner_runs(case, p, n, 1 if quick else 3)
-    if not quick:
+    case = f"medium: 2 types, 20 nodes, 18 req ({combos / 1e6:.1f}M combos)"
+    results["points"].append(point(case, p, n, 1 if args.quick else 3, None, 0))
+    if not args.quick:
         wall, mb, res = run([sys.executable, str(HERE / "seed_method.py"), p, n])
-        row(case, "seed brute force", wall, mb, res)
-        print(f"{'':<34} speed-up through the CLI: {wall / ours:.1f}×")
-    for tight in (False, True):
-        plan, nodes, _ = large(tight)
-        p, n = write("large-tight" if tight else "large", plan, nodes)
-        label = "large: 3 types × 120 nodes, 80 req" + (", 97% full" if tight else "")
-        planner_runs(label, p, n, 1 if quick else 3)
+        row("", "seed's method", wall, mb, res, f"  ({wall / results['points'][-1]['wall']:.0f}x slower)")
+
+    plan, nodes, _ = large(True)
+    p, n = write("large-tight", plan, nodes)
+    results["points"].append(
+        point(
+            "360 nodes, 80 req, 97% full (the hard case)",
+            p,
+            n,
+            1 if args.quick else 5,
+            base,
+            args.baseline_timeout,
+        )
+    )
+
+    sizes = (100, 1000, 5000) if args.quick else (100, 500, 1000, 2000, 5000)
+    firsts: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    for fill, tag in ((0.35, "loose"), (0.97, "tight")):
+        for size in sizes:
+            plan, nodes, count = scale(size, size // 5 if fill < 0.9 else None, fill)
+            p, n = write(f"scale-{tag}-{size}", plan, nodes)
+            label = f"{size} nodes, {count} req, {tag} ({fill:.0%})"
+            with_base = base if size <= 1000 else None
+            results["points"].append(point(label, p, n, 1, with_base, args.baseline_timeout))
+            if size == sizes[-1]:
+                _, _, first = run([*CLI, "plan", p, "--nodes", n, "-o", "json", "-q"])
+                firsts[tag] = (p, n, first)
+
+    print(f"\n{'fixed request set (400 requests), more nodes:'}")
+    for size in (1000, 2000, 5000):
+        plan, nodes, count = scale(size, 400, 0.35, seed=3)
+        p, n = write(f"fixed-{size}", plan, nodes)
+        results["points"].append(point(f"{size} nodes, {count} req (fixed set)", p, n, 1, None, 0))
+
+    print("\nre-plan after cordoning the busiest node (--previous):")
+    results["replans"] = [
+        replan_point(f"{sizes[-1]} nodes, {tag}", p, n, f) for tag, (p, n, f) in firsts.items()
+    ]
+    (OUT / "planner-bench.json").write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

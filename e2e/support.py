@@ -225,7 +225,7 @@ def free_port() -> int:
 class OperatorProcess:
     """``python -m gpuplan_operator`` as a subprocess, its output in a log file."""
 
-    ARGS = (
+    ARGS: tuple[str, ...] = (
         "--debounce",
         "1",
         "--max-delay",

@@ -162,6 +162,12 @@ release_stale_leases() {
 
 cluster_exists() { kwokctl get clusters 2>/dev/null | grep -qx "${CLUSTER_NAME}"; }
 
+# Component flags (client rate limits as a production cluster runs them): hack/control-plane.yaml.
+# A cluster made with another version of that file is recreated.
+CONTROL_PLANE_CONFIG="${HACK_DIR}/control-plane.yaml"
+FLAGS_STAMP="${STATE_DIR}/gpuplan-control-plane.sha256"
+flags_current() { [[ "$(cat "${FLAGS_STAMP}" 2>/dev/null)" == "$(sha256sum <"${CONTROL_PLANE_CONFIG}")" ]]; }
+
 # kwokctl links the binaries a cluster runs into its bin/ directory: a cluster made from another
 # binary cache (other pinned Kubernetes version, other GPUPLAN_CACHE) is recreated.
 uses_our_binaries() {
@@ -174,6 +180,10 @@ uses_our_binaries() {
 START=${SECONDS}
 if cluster_exists && ! uses_our_binaries; then
   log "cluster '${CLUSTER_NAME}' runs binaries from elsewhere ($(readlink "${STATE_DIR}/bin/kube-apiserver" || echo '?')); recreating it with ${BIN_DIR}"
+  kwokctl_run delete cluster --name "${CLUSTER_NAME}" || true
+  rm -rf "${STATE_DIR}"
+elif cluster_exists && ! flags_current; then
+  log "cluster '${CLUSTER_NAME}' runs with other control-plane flags; recreating it"
   kwokctl_run delete cluster --name "${CLUSTER_NAME}" || true
   rm -rf "${STATE_DIR}"
 fi
@@ -209,10 +219,11 @@ else
       --etcd-binary "${BIN_DIR}/etcd" \
       --heartbeat-factor 1 \
       --node-lease-duration-seconds 40 \
-      --extra-args kube-controller-manager=node-monitor-grace-period=200s \
+      --config "${CONTROL_PLANE_CONFIG}" \
       --timeout "${TIMEOUT}s" \
       --wait "${TIMEOUT}s" ||
       die "kwokctl create cluster failed; logs: ${STATE_DIR}/logs/"
+    sha256sum <"${CONTROL_PLANE_CONFIG}" >"${FLAGS_STAMP}"
   fi
   write_kubeconfig
   poll "${TIMEOUT}" "API server, kube-scheduler and kube-controller-manager" cluster_healthy ||

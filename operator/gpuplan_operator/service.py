@@ -219,9 +219,12 @@ class PlanService:
     ) -> Outcome:
         now = self.clock()
         try:
+            started = time.perf_counter()
             observed = cluster.read_for_apply(self.kube, plan, desired, nodes)
             writes = apply_writes(plan, desired, observed, in_use)
+            read = time.perf_counter()
             changes = Changes.of(perform(self.kube, writes, self.metrics))
+            wrote = time.perf_counter()
             pods = self._plan_pods(plan) if spec.deploy else []
         except OwnershipConflict as e:
             self.metrics.apply_failed(e.kind)
@@ -239,7 +242,8 @@ class PlanService:
         moved = (plan.status.get("applied") or {}).get("units") != applied["units"]
         if changes:
             self.events(plan, "Normal", Reason.APPLIED, changes.describe())
-            log.info("%s: applied: %s", plan.ref, changes.describe())
+            log.info("%s: applied %d writes in %.2fs (read %.2fs): %s", plan.ref, len(writes),
+                     wrote - read, read - started, changes.describe())  # fmt: skip
         if moved:
             verb = Reason.REPLANNED if plan.status.get("applied") else Reason.PLANNED
             self.events(plan, "Normal", verb, new["message"])

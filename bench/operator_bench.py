@@ -1,0 +1,179 @@
+"""``make bench`` (operator part): from ``kubectl apply`` to every pod Running on its planned node.
+
+On the local control plane (real kube-apiserver, kube-scheduler, kube-controller-manager, kwok
+nodes), for each size: create N fake GPU nodes, start the operator, create one plan with
+``deploy: true`` whose requests make about 2.3 pods per node, and time
+
+- **written**: the plan reports ``Applied`` (the operator has labelled, applied and deployed);
+- **running**: every pod the plan owns is Running on the node the plan chose;
+- **cordon**: the busiest node is cordoned; time until the plan's applied placement leaves it,
+  and until the displaced pods run elsewhere.
+
+Then the plan and the nodes are deleted again. The control plane runs with the client rate
+limits a production cluster of this size is given (``hack/cluster-up.sh``); the operator runs
+with its defaults. Needs ``make cluster-up`` first (``make bench`` does it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from e2e.support import Api, Kubectl, OperatorProcess, fake_node, label_key, node_ready, wait_for  # noqa: E402
+
+NS = "gpuplan-bench"
+PLAN = "scale"
+TYPE = "BENCH"  # a GPU type no sample node has, so only the bench nodes are used
+TYPE_KEY = "gpuplan.ragnaros.io/gpu-type"
+API = "gpuplan.ragnaros.io/v1alpha1"
+OUT = ROOT / "bench" / "out"
+
+
+class DefaultOperator(OperatorProcess):
+    ARGS = ("--plan-seconds", "30")  # the operator's own defaults otherwise (debounce 2 s, ...)
+
+
+def plan_spec(nodes: int) -> dict[str, Any]:
+    """About 2.3 pods per node: 40% of the operators spread 8 instances, the rest mixed."""
+    operators, requests = [], {}
+    count = max(4, (nodes * 2) // 5)
+    for i in range(count):
+        name = f"svc{i:04d}"
+        kind = ("service", "service", "single", "machine", "service")[i % 5]
+        operators.append(
+            {"name": name, "keyStrategy": kind, "services": {"key": name.replace("svc", "svc-")}}
+        )
+        requests[name] = {TYPE: {"service": 8, "single": 6, "machine": 8}[kind]}
+    return {
+        "resources": [{"name": TYPE, "kind": "GPU", "nodeSelector": {"gpuplan.ragnaros.io/gpu-type": TYPE}}],
+        "operators": operators,
+        "requests": requests,
+        "deploy": True,
+    }
+
+
+def on_planned_nodes(api: Api, key: str, expected: int, avoid: str | None = None) -> bool:
+    pods = [
+        p
+        for p in api.pods(NS, f"gpuplan.ragnaros.io/plan={PLAN}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+    running = [
+        p
+        for p in pods
+        if p["status"].get("phase") == "Running"
+        and p["spec"].get("nodeName") == (p["spec"].get("nodeSelector") or {}).get(key)
+        and p["spec"].get("nodeName") != avoid
+    ]
+    return len(running) == expected == len(pods)
+
+
+def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> dict[str, Any]:
+    names = [f"bench-{i:04d}" for i in range(nodes)]
+    for name in names:
+        api.create("v1", "nodes", fake_node(name, TYPE))
+    wait_for(
+        f"{nodes} bench nodes Ready",
+        lambda: (
+            all(node_ready(n) for n in api.nodes(f"{TYPE_KEY}={TYPE}"))
+            and len(api.nodes(f"{TYPE_KEY}={TYPE}")) == nodes
+        ),
+        600,
+        1,
+    )
+    operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
+    operator.start()
+    key = label_key(NS, PLAN)
+    result: dict[str, Any] = {"nodes": nodes}
+    try:
+        manifest = {
+            "apiVersion": "gpuplan.ragnaros.io/v1alpha1",
+            "kind": "GpuAllocationPlan",
+            "metadata": {"name": PLAN, "namespace": NS},
+            "spec": plan_spec(nodes),
+        }
+        start = time.monotonic()
+        api.create(API, "gpuallocationplans", manifest, NS)
+        wait_for(
+            "Applied",
+            lambda: (api.plan(NS, PLAN) or {}).get("status", {}).get("phase") == "Applied",
+            600,
+            0.1,
+        )
+        result["written"] = time.monotonic() - start
+        status = api.status(NS, PLAN)
+        pods = sum(a["instances"] for a in status["allocations"])
+        result["pods"] = pods
+        wait_for("pods Running", lambda: on_planned_nodes(api, key, pods), 900, 0.2)
+        result["running"] = time.monotonic() - start
+
+        held: dict[str, int] = {}
+        for a in status["allocations"]:
+            for n, c in a["nodes"].items():
+                held[n] = held.get(n, 0) + c
+        victim = max(held, key=lambda n: (held[n], n))
+        start = time.monotonic()
+        api.patch("v1", "nodes", victim, {"spec": {"unschedulable": True}})
+        wait_for(
+            "re-plan applied",
+            lambda: (
+                victim
+                not in ((api.plan(NS, PLAN) or {}).get("status", {}).get("applied") or {}).get(
+                    "units", {victim: 1}
+                )
+            ),
+            120,
+            0.1,
+        )
+        result["cordon_replanned"] = time.monotonic() - start
+        wait_for("displaced pods Running", lambda: on_planned_nodes(api, key, pods, avoid=victim), 300, 0.2)
+        result["cordon_running"] = time.monotonic() - start
+        result["cordon_held"] = held[victim]
+    finally:
+        api.delete(API, "gpuallocationplans", PLAN, NS)
+        try:
+            wait_for("the plan gone", lambda: api.plan(NS, PLAN) is None, 300)
+        finally:
+            operator.stop()
+            for name in names:
+                api.delete("v1", "nodes", name)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100,1000", help="node counts (default 100,1000)")
+    args = ap.parse_args()
+    kubeconfig = os.environ.get("KUBECONFIG") or str(ROOT / ".cluster" / "kubeconfig")
+    api = Api(kubeconfig)
+    kubectl = Kubectl(kubeconfig)
+    kubectl.run("apply", "--server-side", "-f", str(ROOT / "crds" / "gpuallocationplans.yaml"))
+    kubectl.run(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/gpuallocationplans.gpuplan.ragnaros.io"
+    )
+    if api.kube.get_or_none(f"/api/v1/namespaces/{NS}") is None:
+        api.create("v1", "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    OUT.mkdir(exist_ok=True)
+    head = ("nodes", "pods", "written s", "running s", "cordon: re-planned s", "moved", "running s")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(head, (6, 6, 10, 10, 21, 6, 10), strict=True)))
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        r = one_size(api, kubeconfig, size, OUT)
+        rows.append(r)
+        print(
+            f"{r['nodes']:>6} {r['pods']:>6} {r['written']:>10.1f} {r['running']:>10.1f} "
+            f"{r['cordon_replanned']:>21.1f} {r['cordon_held']:>6} {r['cordon_running']:>10.1f}",
+            flush=True,
+        )
+    (OUT / "operator-bench.json").write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
