@@ -1,4 +1,4 @@
-"""Constant-rate, open-loop arrivals: the seeds' "pressure controller", split over senders.
+"""Constant-rate, open-loop arrivals: the "pressure controller", split over senders.
 
 The pressure controller puts one token per request into a queue at a fixed rate, whatever the
 server does; workers take tokens and send. This is the *open loop* that makes a load test honest.
@@ -7,7 +7,7 @@ exactly when the server does, so an overloaded server is offered less load and i
 fine - the "coordinated omission" that hides the knee. Here:
 
 * arrival ``k`` of a step is due at ``start + k / rate``, computed from the step's start, not from
-  the previous arrival, so sleeping late never accumulates drift (the seed's loop does the same
+  the previous arrival, so sleeping late never accumulates drift (the original framework's loop does the same
   with ``int((now - t0) * QPS - sent)``);
 * when the feeder wakes late it releases every arrival that is due at once, each stamped with the
   time it *should* have been sent; the sender measures latency from that stamp, so time a request

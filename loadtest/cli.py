@@ -583,7 +583,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     cp = sub.add_parser(
         "compare",
-        help="the seeds' three strategies side by side for a plan",
+        help="the three allocation strategies side by side for a plan",
         description="Estimate total QPS, CPU and memory of 1 card x n, n cards x 1 and the "
         "planner's split, from PLAN (gpuplan plan -o json) and a CAPACITIES file "
         "(see loadtest/examples/capacities.yaml).",

@@ -1,7 +1,8 @@
 """What one request looks like and what counts as a good answer: the pluggable "main task".
 
-The seeds' framework had one base class and, per service, a "main task" that built the request and
-judged the reply; everything else (pressure control, counters, statistics) was shared. Here the
+The original performance-test framework had one base class and, per service, a "main task"
+that built the request and judged the reply; everything else (pressure control, counters,
+statistics) was shared. Here the
 shared part is the runner, and the per-service part is a *task*: any object with
 
 * ``build(i: int) -> Request`` - the i-th request of a run (``i`` counts from 0 over the whole run,

@@ -258,6 +258,14 @@ def judge(
     if error_rate > rule.max_error_rate:
         held = False
         reasons.append(f"error rate {error_rate:.1%} > {rule.max_error_rate:.0%}")
+    due = max(record.scheduled, 1)
+    if record.unsent_at_end > rule.max_error_rate * due:
+        # A request that was due and never sent got no answer either: it counts like an error.
+        held = False
+        reasons.append(
+            f"{record.unsent_at_end} requests due were never sent "
+            f"({record.unsent_at_end / due:.1%} > {rule.max_error_rate:.0%})"
+        )
     if growth > limit:
         held = False
         reasons.append(f"outstanding grows {growth:+.1f}/s > {limit:.1f}/s")

@@ -37,6 +37,7 @@ def build_result(
     start_at: float | None = None,
     headers: Mapping[str, str] | None = None,
     merged_from: Sequence[str] = (),
+    senders: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble the JSON document of one run."""
     knee_step = None
@@ -74,6 +75,7 @@ def build_result(
         "search": {**asdict(search_config), "rates": list(search_config.rates)},
         "run": asdict(run_config),
         "server": {"pids": list(server_pids), "probed": bool(server_pids)},
+        "senders": dict(senders or {}),
         "steps": [s.to_dict() for s in search.steps],
         "timeline": list(timeline),
     }

@@ -6,7 +6,7 @@
 * ``GET /healthz`` - ``ok``; ``GET /stats`` - its configuration, expected capacity, counters, and
   ``measured_capacity_qps``: the rate it served while requests queued for it (see :class:`Slots`).
 
-Two modes stand for the seeds' two kinds of service:
+Two modes stand for the two kinds of service:
 
 ``cpu`` (compute-bound, like feature extraction)
     Each request occupies one *instance* - a worker process - for ``service_ms``, spinning the CPU.

@@ -2,7 +2,7 @@
 
 Three modes, all bounded by ``max_steps`` and ``max_time``:
 
-* ``step`` - the seeds' way: start, start+step, start+2·step, ... until the first rate that is not
+* ``step`` - the classic way: start, start+step, start+2·step, ... until the first rate that is not
   held; the answer is the last held rate. Simple and easy to read, but the resolution is the step.
 * ``bisect`` (default) - grow geometrically (``start``, ``start·growth``, ...) until a rate fails,
   then bisect between the highest held and the lowest failed rate until they are within
@@ -139,10 +139,12 @@ class Bisector:
             guess = self.hint * HINT_MARGIN
             if lo_edge <= guess <= hi_edge and self._fresh(guess):
                 return guess
-            # The estimate held: the knee is likely just above it. Probe one resolution higher
-            # (once), so that a failure there ends the search instead of halving a wide bracket.
+            # The estimate held (or the overload throughput is no higher than a rate that held):
+            # the knee is likely just above the held rate. Probe one resolution higher, so that a
+            # failure there ends the search instead of halving a wide bracket.
             near = self.lo / (1 - cfg.resolution) * 0.99
-            if not self.near_tried and near < hi_edge and self.tried[-1] == self.lo:
+            just_held = self.tried[-1] == self.lo
+            if near < hi_edge and (guess < lo_edge or (just_held and not self.near_tried)):
                 self.near_tried = True
                 return near
         return mid
@@ -236,9 +238,10 @@ def knee_owner(steps: list[StepResult], capacity: float | None) -> tuple[str | N
 
     * the sender fell behind there (its release of due requests or its event loop lagged, or a
       sender process was CPU-bound): the knee may be the client's;
-    * every connection was busy most of the time while the server answered about as fast as at
-      the held rate (service p50 under twice the held one): the server was not slowed down, the
-      sender simply had too few connections for that latency (Little's law);
+    * every connection was busy most of the time while the server answered about as fast as
+      when lightly loaded (service p50 under twice the lowest p50 of a held step): the server
+      was not slowed down, the sender simply had too few connections for that latency (Little's
+      law: connections / latency < rate);
     * otherwise the sender kept up and the server did not: the knee is the server's.
     """
     failed = [s for s in steps if not s.held and (capacity is None or s.rate > capacity)]
@@ -252,13 +255,13 @@ def knee_owner(steps: list[StepResult], capacity: float | None) -> tuple[str | N
             f"at {at.rate:g}/s the sender fell behind (release lag p99 {at.release_lag_p99_ms:.0f} ms, "
             f"loop lag p99 {at.loop_lag_p99_ms:.0f} ms, sender cpu {cpu}): the knee may be the client's"
         )
-    held = [s for s in steps if s.held and s.rate == capacity]
-    base = held[-1].service_latency_ms["p50"] if held else None
+    held = [s.service_latency_ms["p50"] for s in steps if s.held]
+    base = min(held) if held else None
     svc = at.service_latency_ms["p50"]
     if at.workers_saturated > 0.5 and base is not None and svc <= 2 * max(base, 0.05):
         return "sender-connections", (
             f"at {at.rate:g}/s all connections were busy while the server answered in "
-            f"{svc:.1f} ms (p50; {base:.1f} ms when held): raise --concurrency"
+            f"{svc:.1f} ms (p50; {base:.1f} ms at the lightest held rate): raise --concurrency"
         )
     return "server", (
         f"at {at.rate:g}/s the sender kept up (release lag p99 {at.release_lag_p99_ms:.0f} ms, "

@@ -23,7 +23,7 @@ import math
 import time
 from array import array
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -296,9 +296,9 @@ class Sender:
             for t in [feed_task, *workers, *helpers]:
                 t.cancel()
             await asyncio.gather(feed_task, *workers, *helpers, return_exceptions=True)
-        record = self._record(
+        record = build_record(
             plan,
-            schedule,
+            self.concurrency,
             (due_a, sent_a, done_a, code_a, status_a),
             release_lag,
             loop_lag,
@@ -314,82 +314,89 @@ class Sender:
             record.notes.append(f"the task raised: {self.task_errors[0]}")
         return record
 
-    def _record(
-        self,
-        plan: StepPlan,
-        schedule: Schedule,
-        arrays: tuple[array[float], array[float], array[float], array[int], array[int]],
-        release_lag: array[float],
-        loop_lag: array[float],
-        grid_queue: list[int],
-        grid_flight: list[int],
-    ) -> StepRecord:
-        due_a, sent_a, done_a, code_a, status_a = arrays
-        ws = plan.t0 + plan.warmup
-        we = ws + plan.window
-        record = StepRecord(
-            rate=plan.rate,
-            warmup_s=plan.warmup,
-            window_s=plan.window,
-            interval_s=plan.interval,
-            offset_s=plan.offset_s,
-            shards=[(plan.shard.offset, plan.shard.stride)],
-            concurrency=self.concurrency,
-            scheduled=schedule.due(we - 1e-9) - schedule.due(ws - 1e-9),
-            queue=grid_queue,
-            in_flight=grid_flight,
-        )
-        lat: Counter[int] = Counter()
-        svc: Counter[int] = Counter()
-        per_second: dict[int, Counter[int]] = {}
-        errors: Counter[str] = Counter()
-        statuses: Counter[int] = Counter()
-        t0, off = plan.t0, plan.offset_s
-        for i in range(len(done_a)):
-            done = done_a[i]
-            code = code_a[i]
-            k = math.floor(off + done - t0)
-            bucket = record.timeline.get(k)
-            if bucket is None:
-                bucket = record.timeline[k] = Bucket()
-                per_second[k] = Counter()
-            bucket.completed += 1
-            us = round((done - due_a[i]) * 1e6)
-            per_second[k][us] += 1
-            if code:
-                bucket.errors += 1
-            if not ws <= done < we:
-                continue
-            record.completed += 1
-            lat[us] += 1
-            svc[round((done - sent_a[i]) * 1e6)] += 1
-            if code:
-                errors[KINDS[code]] += 1
-            else:
-                record.ok += 1
-            if status_a[i] >= 0:
-                statuses[status_a[i]] += 1
-        for us, n in lat.items():
-            record.latency.record_us(us, n)
-        for us, n in svc.items():
-            record.service.record_us(us, n)
-        for k, counts in per_second.items():
-            for us, n in counts.items():
-                record.timeline[k].latency.record_us(us, n)
-        for x in release_lag:
-            record.release_lag.record(x)
-        for x in loop_lag:
-            record.loop_lag.record(x)
-        # Arrivals due per second of the run, from the schedule itself (sent or not).
-        for k in range(math.floor(off), math.floor(off + plan.warmup + plan.window - 1e-9) + 1):
-            a = max(plan.t0, plan.t0 + k - off)
-            b = min(plan.t0 + plan.warmup + plan.window, plan.t0 + k + 1 - off)
-            n = schedule.due(b - 1e-9) - schedule.due(a - 1e-9)
-            if n:
-                record.timeline.setdefault(k, Bucket()).scheduled += n
-        record.errors = dict(errors)
-        record.statuses = {str(s): n for s, n in sorted(statuses.items())}
-        return record
+
+def build_record(
+    plan: StepPlan,
+    concurrency: int,
+    arrays: tuple[Sequence[float], Sequence[float], Sequence[float], Sequence[int], Sequence[int]],
+    release_lag: Sequence[float],
+    loop_lag: Sequence[float],
+    grid_queue: list[int],
+    grid_flight: list[int],
+) -> StepRecord:
+    """The record of one step from per-request arrays (due, sent, done, outcome code, status).
+
+    Outcomes count in the window by when they were answered; latency is from the due time.
+    Public so that another sender's per-request log (vegeta's, in the benchmark) is judged by
+    exactly the same code.
+    """
+    schedule = Schedule(plan.rate, plan.t0, plan.warmup + plan.window, plan.shard)
+    due_a, sent_a, done_a, code_a, status_a = arrays
+    ws = plan.t0 + plan.warmup
+    we = ws + plan.window
+    record = StepRecord(
+        rate=plan.rate,
+        warmup_s=plan.warmup,
+        window_s=plan.window,
+        interval_s=plan.interval,
+        offset_s=plan.offset_s,
+        shards=[(plan.shard.offset, plan.shard.stride)],
+        concurrency=concurrency,
+        scheduled=schedule.due(we - 1e-9) - schedule.due(ws - 1e-9),
+        queue=grid_queue,
+        in_flight=grid_flight,
+    )
+    lat: Counter[int] = Counter()
+    svc: Counter[int] = Counter()
+    per_second: dict[int, Counter[int]] = {}
+    errors: Counter[str] = Counter()
+    statuses: Counter[int] = Counter()
+    t0, off = plan.t0, plan.offset_s
+    for i in range(len(done_a)):
+        done = done_a[i]
+        code = code_a[i]
+        k = math.floor(off + done - t0)
+        bucket = record.timeline.get(k)
+        if bucket is None:
+            bucket = record.timeline[k] = Bucket()
+            per_second[k] = Counter()
+        bucket.completed += 1
+        us = round((done - due_a[i]) * 1e6)
+        per_second[k][us] += 1
+        if code:
+            bucket.errors += 1
+        if not ws <= done < we:
+            continue
+        record.completed += 1
+        lat[us] += 1
+        svc[round((done - sent_a[i]) * 1e6)] += 1
+        if code:
+            errors[KINDS[code]] += 1
+        else:
+            record.ok += 1
+        if status_a[i] >= 0:
+            statuses[status_a[i]] += 1
+    for us, n in lat.items():
+        record.latency.record_us(us, n)
+    for us, n in svc.items():
+        record.service.record_us(us, n)
+    for k, counts in per_second.items():
+        for us, n in counts.items():
+            record.timeline[k].latency.record_us(us, n)
+    for x in release_lag:
+        record.release_lag.record(x)
+    for x in loop_lag:
+        record.loop_lag.record(x)
+    # Arrivals due per second of the run, from the schedule itself (sent or not).
+    for k in range(math.floor(off), math.floor(off + plan.warmup + plan.window - 1e-9) + 1):
+        a = max(plan.t0, plan.t0 + k - off)
+        b = min(plan.t0 + plan.warmup + plan.window, plan.t0 + k + 1 - off)
+        n = schedule.due(b - 1e-9) - schedule.due(a - 1e-9)
+        if n:
+            record.timeline.setdefault(k, Bucket()).scheduled += n
+    record.errors = dict(errors)
+    record.statuses = {str(s): n for s, n in sorted(statuses.items())}
+    return record
 
 
 async def _sleep_until(t: float, clock: Callable[[], float], stop: asyncio.Event) -> None:

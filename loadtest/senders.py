@@ -1,7 +1,8 @@
 """Several senders driven as one: processes with coroutines in each, fed by one schedule.
 
-The seeds' framework spreads its workers over processes, each running many coroutines, because
-one Python process cannot send a production rate: its event loop runs on one core. Here each
+The original performance-test framework spreads its workers over processes, each running many
+coroutines, because one Python process cannot send a production rate: its event loop runs on
+one core. Here each
 sender process owns an event loop (uvloop when installed), its own keep-alive connections and a
 share of the connections budget, and takes an exact shard of every step's schedule
 (:class:`~loadtest.arrivals.Shard`). The coordinator never touches a request: per step it sends
@@ -23,6 +24,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -141,6 +143,7 @@ class ProcessSenders:
         self.concurrencies = split(concurrency, self.count)
         self.live: list[Live | None] = [None] * self.count
         self.pids: list[int] = []
+        self.peak_rss_mib: float | None = None
         self._conns: list[Connection] = []
         self._procs: list[subprocess.Popen[bytes]] = []
         self._waiters: list[asyncio.Future[Any] | None] = [None] * self.count
@@ -220,6 +223,9 @@ class ProcessSenders:
             except subprocess.TimeoutExpired:
                 proc.terminate()
                 await asyncio.to_thread(proc.wait, 5.0)
+        if self._procs:
+            # The largest of this process's waited-for children: here, the biggest sender.
+            self.peak_rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         self._conns.clear()
         self._procs.clear()
 
@@ -233,6 +239,7 @@ class LocalSender:
         self.concurrencies = [concurrency]
         self.live: list[Live | None] = [None]
         self.pids = [os.getpid()]
+        self.peak_rss_mib: float | None = None
         self._task = task
         self._stop: asyncio.Event | None = None
         self.sender: Sender | None = None

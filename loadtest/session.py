@@ -44,6 +44,7 @@ class Session:
     search: SearchResult = field(default_factory=SearchResult)
     runner: Runner | None = None
     sender_pids: list[int] = field(default_factory=list)
+    sender_peak_rss_mib: float | None = None
     started: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     _t0: float = field(default_factory=time.monotonic)
     _t_end: float | None = None
@@ -82,7 +83,18 @@ class Session:
             shard=self.shard,
             start_at=self.start_at,
             headers=self.headers,
+            senders={
+                "processes": self.run_config.processes,
+                "pids": list(self.sender_pids),
+                "peak_rss_mib": None
+                if self.sender_peak_rss_mib is None
+                else round(self.sender_peak_rss_mib, 1),
+            },
         )
+
+
+def _round1(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
 
 
 async def run_load_test(
@@ -134,5 +146,6 @@ async def run_load_test(
     finally:
         session._t_end = time.monotonic()
         await senders.close()
+        session.sender_peak_rss_mib = senders.peak_rss_mib
         await health.aclose()
     return session.result()

@@ -5,7 +5,7 @@ per-second timeline), not into a list: percentiles of a list are exact but cost 
 proportion to the requests, and averaging per-second (or per-sender) percentiles - what a plain
 counter-based reporter ends up doing - is not a percentile at all.
 
-The held rule is the seeds': over a measurement window, the error rate stays at or under 1% and
+The held rule is the original framework's: over a measurement window, the error rate stays at or under 1% and
 the pressure queue does not grow. One refinement: "the queue" here is the *outstanding* work,
 requests due but not yet answered (waiting for a worker plus in flight). With many coroutines per
 worker the client-side queue stays empty for a while even when the server is drowning - the
