@@ -7,7 +7,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test unit e2e lint bench helm cluster-up cluster-down demo clean
+.PHONY: help install test unit e2e lint bench bench-loadtest helm cluster-up cluster-down demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -38,6 +38,10 @@ lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift
 
 bench: ## planner vs the seed's brute force, and the large 3×120-node case
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/loadtest_bench.py
+
+bench-loadtest: ## gpuplan loadtest vs vegeta on a loopback nginx, knees, shards (installs nginx-light, vegeta)
+	$(BIN)/python bench/loadtest_bench.py
 
 helm: ## build (once) and print the helm binary used by the chart tests
 	@bash hack/install-helm.sh
