@@ -105,7 +105,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
         "--task",
         default="http-get",
         help="module:Class, file.py:Class, an entry point of gpuplan.loadtest.tasks, "
-        "or a built-in: http-get (default), http-post, sample-work, grpc-raw",
+        "or a built-in: http-get (default), http-post, http-request, sample-work, grpc-raw, targets",
     )
     t.add_argument(
         "--task-arg",
@@ -543,8 +543,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run = sub.add_parser(
         "run",
         help="find the highest rate a service holds (constant-rate, open loop)",
-        description="Offer constant request rates, open loop, and search for the highest rate "
-        "held: error rate <= 1% and no growing backlog. Bounded by --max-steps and --max-time.",
+        description="Offer constant request rates, open loop, from several sender processes, and "
+        "search for the highest rate held: error rate <= 1%, no growing backlog, no more than 1% of "
+        "the due requests unsent. Bounded by --max-steps and --max-time.",
     )
     _add_run_args(run)
     run.set_defaults(func=_cmd_run)

@@ -80,8 +80,16 @@ def render_hlog(result: Mapping[str, Any]) -> str:
         "#[Histogram log format version 1.2]",
         f"#[gpuplan loadtest {result.get('target', '')}: latency from due time in microseconds]",
         f"#[StartTime: 0.000 (seconds since the first step), {result.get('started', '')}]",
-        '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"',
     ]
+    for step in result.get("steps", []):
+        rec = step.get("record") or {}
+        if "offset_s" in rec:
+            start = rec["offset_s"] + rec["warmup_s"]
+            lines.append(
+                f"#[step {step['index']} at {step['rate']:g}/s: warm-up from {rec['offset_s']:.3f}, "
+                f"measured {start:.3f}-{start + rec['window_s']:.3f}]"
+            )
+    lines.append('"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"')
     for row in result.get("timeline", []):
         payload = row.get("latency_hist")
         if not payload or not row.get("throughput"):
