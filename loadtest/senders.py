@@ -87,7 +87,9 @@ def _child_main(conn: Connection, spec: SenderSpec, concurrency: int) -> None:
     """A sender process: build, say ready, then run steps until told to quit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        loop = new_loop(spec.loop)
+        # grpc.aio drives its own completion queue from asyncio's loop; keep uvloop to HTTP.
+        grpc_target = spec.url.startswith("grpc://")
+        loop = new_loop("asyncio" if grpc_target and spec.loop == "auto" else spec.loop)
         asyncio.set_event_loop(loop)
         task = load_task(spec.task, dict(spec.task_args))
         transport = make_transport(spec.url, timeout=spec.timeout, headers=spec.headers)

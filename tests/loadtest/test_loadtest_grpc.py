@@ -7,6 +7,7 @@ missing these tests fail (a skip would hide a broken install in CI).
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from typing import Any
@@ -85,3 +86,51 @@ def test_an_unreachable_grpc_target_is_a_connect_error() -> None:
             await transport.aclose()
 
     asyncio.run(run())
+
+
+def test_a_grpc_run_from_a_sender_process(capsys: pytest.CaptureFixture[str]) -> None:
+    """The command line, one sender process, a synchronous gRPC server in this process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from loadtest.cli import main
+
+    def call(request: bytes, context: Any) -> bytes:
+        if dict(context.invocation_metadata()).get("x-run") != "test":
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, "no x-run metadata")
+        return request
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=8))
+    handler = grpc.method_handlers_generic_handler(
+        "test.Echo", {"Call": grpc.unary_unary_rpc_method_handler(call)}
+    )
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        rc = main(
+            [
+                f"grpc://127.0.0.1:{port}/test.Echo/Call",
+                "--task",
+                "grpc-raw",
+                "-H",
+                "x-run: test",
+                "--rate",
+                "30",
+                "--warmup",
+                "0.2",
+                "--window",
+                "1",
+                "--processes",
+                "1",
+                "--quiet",
+                "--json",
+                "-",
+            ]
+        )
+    finally:
+        server.stop(None)
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    step = json.loads(captured.out)["steps"][0]
+    assert step["held"] and step["errors"] == 0 and step["completed"] >= 25, step["reasons"]
+    assert step["statuses"] == {"0": step["completed"]}
