@@ -158,7 +158,23 @@ def test_a_target_that_is_down_stops_the_run_with_status_1(
 ) -> None:
     url = f"http://127.0.0.1:{_free_port()}/work"
     rc = main(
-        [url, "--rate", "50", "--warmup", "0", "--window", "3", "--timeout", "1", "--json", "-", "--quiet"]
+        # --processes 0: the sender runs in this process (the other tests use sender processes)
+        [
+            url,
+            "--rate",
+            "50",
+            "--warmup",
+            "0",
+            "--window",
+            "3",
+            "--timeout",
+            "1",
+            "--processes",
+            "0",
+            "--json",
+            "-",
+            "--quiet",
+        ]
     )
     captured = capsys.readouterr()
     assert rc == 1
