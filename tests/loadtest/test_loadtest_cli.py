@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from loadtest import cli
+from loadtest import cli, runargs
 from loadtest.cli import main, register
 
 pytestmark = pytest.mark.timeout(30)
@@ -252,7 +252,7 @@ def test_rates_set_their_own_bounds(argv: list[str], mode: str, start: float, ma
     root = argparse.ArgumentParser(prog="gpuplan")
     register(root.add_subparsers(dest="command"))
     args = root.parse_args(["loadtest", "run", "http://127.0.0.1:9/x", *argv])
-    run, search = cli._configs(args)
+    run, search = runargs.configs(args)
     assert (search.mode, search.start, search.max_qps) == (mode, start, max_qps)
     assert run.processes >= 1 and run.concurrency == 256
 

@@ -17,7 +17,7 @@ import kubernetes.client as k8s
 import pytest
 import yaml
 
-from loadtest import cli
+from loadtest import cli, runargs
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "loadtest" / "examples" / "indexed-job.yaml"
 PRIMITIVES = {"str": str, "int": int, "bool": bool, "object": object, "float": (int, float)}
@@ -63,10 +63,10 @@ def test_its_arguments_run_a_shard_of_a_ladder(monkeypatch: pytest.MonkeyPatch) 
     root = argparse.ArgumentParser(prog="gpuplan")
     cli.register(root.add_subparsers(dest="command"))
     ns = root.parse_args(["loadtest", *args])
-    run, search = cli._configs(ns)
-    shard = cli._shard(ns)
+    run, search = runargs.configs(ns)
+    shard = runargs.shard_of(ns)
     assert (shard.offset, shard.stride) == (3, doc["spec"]["completions"])
     assert search.mode == "list" and not search.retry_doubtful
     assert run.processes == 2 and ns.start_at == float(start_at)
-    assert cli._headers(ns.header) == {"X-Load-Test": "gpuplan"}
+    assert runargs.headers_of(ns.header) == {"X-Load-Test": "gpuplan"}
     assert container["env"][0] == {"name": "START_AT", "value": "${START_AT}"}
