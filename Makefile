@@ -7,7 +7,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test unit e2e lint bench golden helm cluster-up cluster-down demo clean
+.PHONY: help install test unit e2e lint bench bench-planner bench-operator bench-loadtest golden helm cluster-up cluster-down demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -36,8 +36,17 @@ lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift
 	$(BIN)/lint-imports
 	bash hack/check-crd-drift.sh
 
-bench: ## planner vs the seed's brute force, and the large 3×120-node case
+bench: bench-planner bench-operator bench-loadtest ## every benchmark: planner scale, operator end to end, load tester vs vegeta
+
+bench-planner: ## the planner's scale curve (100-5,000 nodes) against the previous release and brute force
 	$(BIN)/python bench/run.py
+
+bench-operator: ## kubectl apply to every pod Running, 100 and 1,000 kwok nodes (starts the local cluster)
+	bash hack/cluster-up.sh
+	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/python bench/operator_bench.py
+
+bench-loadtest: ## gpuplan loadtest vs vegeta on a loopback nginx, knees, shards (installs nginx-light, vegeta)
+	$(BIN)/python bench/loadtest_bench.py
 
 golden: ## rewrite tests/data/*/values.yaml from the current renderer (review the diff; CI never runs this)
 	$(BIN)/python -m tests.golden

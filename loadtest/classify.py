@@ -1,6 +1,6 @@
 """From capacities measured at 1 and at several instances to a ``keyStrategy``, with the evidence.
 
-The seeds decide a service's strategy "from the business logic and from performance tests". The
+A service's strategy is decided "from the business logic and from performance tests". The
 performance half is a question about scaling:
 
 * **compute-bound** - each instance is limited by the CPU it runs on, so two instances (on two

@@ -1,10 +1,11 @@
 """``gpuplan loadtest``: the command line of the load tester.
 
 ``register(subparsers)`` is the ``gpuplan.commands`` entry point: it adds ``loadtest`` with its
-commands ``run`` (also the default: ``loadtest URL`` means ``loadtest run URL``), ``classify``,
-``compare`` and ``sample-server``. Handlers return the exit status: 0 done, 1 the run could not
-finish (the target went away), 2 invalid input - one line on stderr, never a traceback - and 130
-when interrupted (the steps finished so far are still written).
+commands ``run`` (also the default: ``loadtest URL`` means ``loadtest run URL``), ``merge``,
+``classify``, ``compare`` and ``sample-server``; the run command's options live in
+:mod:`loadtest.runargs`. Handlers return the exit status: 0 done, 1 the run could not finish (the
+target went away), 2 invalid input - one line on stderr, never a traceback - and 130 when
+interrupted (the steps finished so far are still written).
 
 The live progress line goes to stderr; stdout carries the result (text, or JSON with ``--json -``).
 """
@@ -18,25 +19,28 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 from loadtest import classify as classify_mod
 from loadtest import compare as compare_mod
 from loadtest import report
-from loadtest.plugins import TaskError, load_task, parse_task_args
-from loadtest.probe import ProcessProbe, is_local_host, pids_listening_on
+from loadtest.merge import MergeError, load_result, merge_results
+from loadtest.output import write_outputs
+from loadtest.plugins import TaskError, load_task
 from loadtest.progress import Progress
-from loadtest.runner import RunConfig
-from loadtest.search import SearchConfig
+from loadtest.runargs import (
+    UsageError,
+    add_run_args,
+    configs,
+    headers_of,
+    probe_for,
+    shard_of,
+    task_of,
+)
+from loadtest.senders import SenderError
 from loadtest.session import Session, run_load_test
-from loadtest.stats import HeldRule
 
 PROG = "gpuplan loadtest"
-COMMANDS = ("run", "classify", "compare", "sample-server")
-
-
-class UsageError(Exception):
-    """Invalid input: printed as one line, exit status 2."""
+COMMANDS = ("run", "merge", "classify", "compare", "sample-server")
 
 
 def _fail(message: str, status: int = 2) -> int:
@@ -82,189 +86,47 @@ class _RunByDefault(argparse._SubParsersAction):  # type: ignore[type-arg]
         super().__call__(parser, namespace, values, option_string)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
-
-
-def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("url", help="http(s)://host:port/path or grpc://host:port/pkg.Service/Method")
-    t = p.add_argument_group("request")
-    t.add_argument(
-        "--task",
-        default="http-get",
-        help="module:Class, file.py:Class, an entry point of gpuplan.loadtest.tasks, "
-        "or a built-in: http-get (default), http-post, sample-work, grpc-raw",
-    )
-    t.add_argument(
-        "--task-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="keyword argument for the task class (repeatable)",
-    )
-    t.add_argument(
-        "--timeout",
-        type=_positive_float,
-        default=5.0,
-        help="seconds before a request counts as failed (default 5)",
-    )
-    t.add_argument(
-        "--concurrency",
-        type=int,
-        default=64,
-        help="worker coroutines, i.e. most requests in flight (default 64)",
-    )
-    t.add_argument("--health-path", help="GET this path every second; 3 failures stop the run")
-    s = p.add_argument_group("search")
-    s.add_argument(
-        "--search",
-        choices=("bisect", "step", "fixed"),
-        default="bisect",
-        help="bisect (default), step (start, start+step, ...) or fixed (one rate)",
-    )
-    s.add_argument("--rate", type=_positive_float, help="shorthand for --search fixed --start RATE")
-    s.add_argument("--start", type=_positive_float, default=10.0, help="first rate (default 10)")
-    s.add_argument(
-        "--growth",
-        type=_positive_float,
-        default=2.0,
-        help="bisect: factor between rates until one fails (default 2)",
-    )
-    s.add_argument("--step", type=_positive_float, default=10.0, help="step: increment per step (default 10)")
-    s.add_argument("--max-qps", type=_positive_float, default=5000.0)
-    s.add_argument("--min-qps", type=_positive_float, default=0.5)
-    s.add_argument(
-        "--resolution",
-        type=_positive_float,
-        default=0.1,
-        help="bisect: stop when held and failed rates are this close (default 0.1)",
-    )
-    s.add_argument("--max-steps", type=int, default=12)
-    s.add_argument(
-        "--max-time",
-        type=_positive_float,
-        default=300.0,
-        help="seconds for the whole run; no step starts that could overrun it",
-    )
-    s.add_argument("--warmup", type=float, default=1.0, help="seconds per step before measuring")
-    s.add_argument(
-        "--window", type=_positive_float, default=4.0, help="seconds per step that are measured (default 4)"
-    )
-    h = p.add_argument_group("held rule")
-    h.add_argument("--max-error-rate", type=float, default=0.01)
-    h.add_argument(
-        "--growth-tolerance",
-        type=float,
-        default=0.05,
-        help="allowed growth of outstanding requests, as a fraction of the rate per s",
-    )
-    h.add_argument("--max-p99-ms", type=_positive_float, help="also require p99 under this")
-    o = p.add_argument_group("output")
-    o.add_argument("--instances", type=int, help="how many instances serve the target (for classify)")
-    o.add_argument(
-        "--server-pid",
-        type=int,
-        action="append",
-        default=[],
-        help="probe this pid's CPU and memory (default: the local listener on the port)",
-    )
-    o.add_argument("--no-probe", action="store_true", help="don't probe the server")
-    o.add_argument("--json", metavar="FILE", help="write the JSON result here ('-' for stdout)")
-    o.add_argument("--plot", metavar="FILE.png", help="write a PNG of the run over time")
-    o.add_argument("--quiet", action="store_true", help="no progress line")
-
-
-def _configs(args: argparse.Namespace) -> tuple[RunConfig, SearchConfig]:
-    if args.rate is not None:
-        args.search, args.start = "fixed", args.rate
-    if not 0 <= args.max_error_rate < 1:
-        raise UsageError("--max-error-rate must be between 0 and 1")
-    if not 0 <= args.growth_tolerance < 1:
-        raise UsageError("--growth-tolerance must be between 0 and 1")
-    if not 1 <= args.concurrency <= 10_000:
-        raise UsageError("--concurrency must be between 1 and 10000")
-    if args.warmup < 0:
-        raise UsageError("--warmup must not be negative")
-    if args.instances is not None and args.instances < 1:
-        raise UsageError("--instances must be at least 1")
-    try:
-        rule = HeldRule(args.max_error_rate, args.growth_tolerance, args.max_p99_ms)
-        run = RunConfig(
-            concurrency=args.concurrency,
-            timeout=args.timeout,
-            warmup=args.warmup,
-            window=args.window,
-            health_path=args.health_path,
-            rule=rule,
-        )
-        search = SearchConfig(
-            mode=args.search,
-            start=args.start,
-            growth=args.growth,
-            step=args.step,
-            max_qps=args.max_qps,
-            min_qps=min(args.min_qps, args.start),
-            resolution=args.resolution,
-            max_steps=args.max_steps,
-            max_time=args.max_time,
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if search.max_time < run.warmup + run.window:
-        raise UsageError("--max-time is shorter than one step (--warmup + --window)")
-    return run, search
-
-
-def _probe_for(args: argparse.Namespace, notes: list[str]) -> ProcessProbe | None:
-    if args.no_probe:
-        return None
-    pids: list[int] = list(args.server_pid)
-    if not pids:
-        parts = urlsplit(args.url)
-        host = parts.hostname or ""
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        if not is_local_host(host):
-            return None
-        pids = pids_listening_on(port)
-        if not pids:
-            notes.append(f"no local process found listening on port {port}: server not probed")
-            return None
-    try:
-        return ProcessProbe(pids)
-    except Exception as exc:
-        raise UsageError(f"cannot probe pid(s) {pids}: {exc}") from None
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     notes: list[str] = []
     try:
-        run_cfg, search_cfg = _configs(args)
-        task = load_task(args.task, parse_task_args(args.task_arg))
-        probe = _probe_for(args, notes)
-        if args.plot:
-            Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        run_cfg, search_cfg = configs(args)
+        shard = shard_of(args)
+        headers = headers_of(args.header)
+        task_name, task_args = task_of(args)
+        task = load_task(task_name, task_args)  # fails here, once, before any process starts
+        probe = probe_for(args, notes)
+        for out in (args.plot, args.csv, args.hlog):
+            if out:
+                Path(out).parent.mkdir(parents=True, exist_ok=True)
     except (UsageError, TaskError) as exc:
         return _fail(str(exc))
     session = Session(
         url=args.url,
-        task_name=args.task,
+        task_name=task_name,
+        task_args=task_args,
+        headers=headers,
         run_config=run_cfg,
         search_config=search_cfg,
         instances=args.instances,
         probe=probe,
+        shard=shard,
+        start_at=args.start_at,
+        loop=args.loop,
         notes=notes,
     )
     status = 0
     try:
-        asyncio.run(run_load_test(session, task, progress=Progress(enabled=not args.quiet)))
+        asyncio.run(
+            run_load_test(
+                session,
+                task if run_cfg.processes == 0 else None,
+                progress=Progress(enabled=not args.quiet),
+            )
+        )
     except ValueError as exc:  # a URL no transport serves, found before any load is sent
         return _fail(str(exc))
+    except SenderError as exc:
+        return _fail(str(exc), 1)
     except KeyboardInterrupt:
         session.search.stopped = "interrupted"
         status = 130
@@ -277,6 +139,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
         print(report.render_text(result))
+    write_outputs(result, csv_path=args.csv, hlog_path=args.hlog)
     if args.plot:
         from loadtest.plot import write_plot
 
@@ -285,6 +148,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
         reason = session.runner.abort_reason if session.runner is not None else None
         print(f"{PROG}: run stopped: {reason or 'aborted'}", file=sys.stderr)
     return status
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    try:
+        docs = [(path, load_result(path)) for path in args.results]
+        result = merge_results(docs, partial=args.partial)
+    except MergeError as exc:
+        return _fail(str(exc))
+    if args.json == "-":
+        print(json.dumps(result, indent=2))
+    else:
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        print(report.render_text(result))
+    write_outputs(result, csv_path=args.csv, hlog_path=args.hlog)
+    return 0
 
 
 def _cmd_classify(args: argparse.Namespace) -> int:
@@ -364,11 +243,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run = sub.add_parser(
         "run",
         help="find the highest rate a service holds (constant-rate, open loop)",
-        description="Offer constant request rates, open loop, and search for the highest rate "
-        "held: error rate <= 1% and no growing backlog. Bounded by --max-steps and --max-time.",
+        description="Offer constant request rates, open loop, from several sender processes, and "
+        "search for the highest rate held: error rate <= 1%, no growing backlog, no more than 1% of "
+        "the due requests unsent. Bounded by --max-steps and --max-time.",
     )
-    _add_run_args(run)
+    add_run_args(run)
     run.set_defaults(func=_cmd_run)
+
+    mg = sub.add_parser(
+        "merge",
+        help="combine the JSON results of shards (--shard I/N) into one, exactly",
+        description="Each RESULT is the JSON of one shard of the same load test (an Indexed Job's "
+        "pods). Steps are merged by adding counts and HdrHistograms and the backlog sampled on "
+        "the shared grid, then judged with the shards' held rule.",
+    )
+    mg.add_argument("results", nargs="+", metavar="RESULT.json")
+    mg.add_argument("--partial", action="store_true", help="merge even when shards are missing")
+    mg.add_argument("--json", metavar="FILE", help="write the merged JSON here ('-' for stdout)")
+    mg.add_argument("--csv", metavar="FILE", help="write one CSV row per step")
+    mg.add_argument("--hlog", metavar="FILE", help="write an HdrHistogram log of the merged timeline")
+    mg.set_defaults(func=_cmd_merge)
 
     cl = sub.add_parser(
         "classify",
@@ -390,7 +284,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     cp = sub.add_parser(
         "compare",
-        help="the seeds' three strategies side by side for a plan",
+        help="the three allocation strategies side by side for a plan",
         description="Estimate total QPS, CPU and memory of 1 card x n, n cards x 1 and the "
         "planner's split, from PLAN (gpuplan plan -o json) and a CAPACITIES file "
         "(see loadtest/examples/capacities.yaml).",

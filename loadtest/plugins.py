@@ -1,7 +1,8 @@
 """What one request looks like and what counts as a good answer: the pluggable "main task".
 
-The seeds' framework had one base class and, per service, a "main task" that built the request and
-judged the reply; everything else (pressure control, counters, statistics) was shared. Here the
+The original performance-test framework had one base class and, per service, a "main task"
+that built the request and judged the reply; everything else (pressure control, counters,
+statistics) was shared. Here the
 shared part is the runner, and the per-service part is a *task*: any object with
 
 * ``build(i: int) -> Request`` - the i-th request of a run (``i`` counts from 0 over the whole run,
@@ -122,6 +123,34 @@ class HttpPost:
         return 200 <= response.status < 300
 
 
+class HttpRequest:
+    """Any method with an optional body (``body=...`` or ``body_file=...``); success is 2xx.
+
+    What ``--method``, ``--body`` and ``--body-file`` on the command line build.
+    """
+
+    def __init__(
+        self,
+        method: str = "GET",
+        body: str = "",
+        body_file: str = "",
+        content_type: str = "",
+        path: str = "",
+    ) -> None:
+        try:
+            data = Path(body_file).read_bytes() if body_file else body.encode()
+        except OSError as exc:
+            raise TaskError(f"body file {body_file!r}: {exc.strerror}") from None
+        headers = {"content-type": content_type} if content_type else {}
+        self._request = Request(method=method.upper(), path=path, headers=headers, body=data or None)
+
+    def build(self, i: int) -> Request:
+        return self._request
+
+    def check(self, response: Response) -> bool:
+        return 200 <= response.status < 300
+
+
 class SampleWork:
     """The task for :mod:`loadtest.sample_server`: POST ``{"i": i}``, expect ``{"ok": true}``.
 
@@ -164,6 +193,7 @@ class GrpcRaw:
 BUILTIN_TASKS: Mapping[str, type[Any]] = {
     "http-get": HttpGet,
     "http-post": HttpPost,
+    "http-request": HttpRequest,
     "sample-work": SampleWork,
     "grpc-raw": GrpcRaw,
 }
@@ -173,6 +203,10 @@ def _load_class(spec: str) -> Any:
     """Resolve ``module:Class``, ``file.py:Class`` or an entry point / built-in name."""
     if spec in BUILTIN_TASKS:
         return BUILTIN_TASKS[spec]
+    if spec == "targets":
+        from loadtest.targets import Targets
+
+        return Targets
     if ":" not in spec:
         eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         for ep in eps:
@@ -181,7 +215,7 @@ def _load_class(spec: str) -> Any:
                     return ep.load()
                 except Exception as exc:  # a broken plugin must not crash with a traceback
                     raise TaskError(f"task entry point {spec!r} failed to load: {exc}") from exc
-        known = sorted({*BUILTIN_TASKS, *(ep.name for ep in eps)})
+        known = sorted({*BUILTIN_TASKS, "targets", *(ep.name for ep in eps)})
         raise TaskError(
             f"unknown task {spec!r}: use module:Class, file.py:Class or one of {', '.join(known)}"
         )
@@ -222,6 +256,8 @@ def load_task(spec: str, args: Mapping[str, str] | None = None) -> Task:
     factory = _load_class(spec)
     try:
         task = factory(**dict(args or {}))
+    except TaskError:
+        raise
     except Exception as exc:
         raise TaskError(f"task {spec!r} could not be created: {exc}") from exc
     if not isinstance(task, Task):

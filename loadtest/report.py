@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from loadtest.arrivals import WHOLE, Shard
 from loadtest.runner import RunConfig
 from loadtest.search import SearchConfig, SearchResult
 
@@ -32,6 +33,11 @@ def build_result(
     instances: int | None = None,
     server_pids: Sequence[int] = (),
     extra_notes: Sequence[str] = (),
+    shard: Shard = WHOLE,
+    start_at: float | None = None,
+    headers: Mapping[str, str] | None = None,
+    merged_from: Sequence[str] = (),
+    senders: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble the JSON document of one run."""
     knee_step = None
@@ -46,6 +52,7 @@ def build_result(
             "latency_ms": dict(knee_step.latency_ms),
             "server_cpu_cores": knee_step.server_cpu_cores,
             "server_rss_mib": knee_step.server_rss_mib,
+            "sender_cpu_cores": list(knee_step.sender_cpu_cores),
         }
     return {
         "kind": RESULT_KIND,
@@ -58,11 +65,17 @@ def build_result(
         "failed_qps": search.failed_qps,
         "stopped": search.stopped,
         "sender_kept_up": all(s.sender_kept_up for s in search.steps),
+        "limited_by": search.limited_by,
+        "limited_because": search.limited_because,
         "knee": knee,
+        "shard": {"index": shard.offset, "count": shard.stride, "start_at": start_at},
+        "merged_from": list(merged_from),
+        "headers": dict(headers or {}),
         "notes": [*search.notes, *extra_notes],
-        "search": asdict(search_config),
+        "search": {**asdict(search_config), "rates": list(search_config.rates)},
         "run": asdict(run_config),
         "server": {"pids": list(server_pids), "probed": bool(server_pids)},
+        "senders": dict(senders or {}),
         "steps": [s.to_dict() for s in search.steps],
         "timeline": list(timeline),
     }
@@ -77,6 +90,11 @@ def render_text(result: Mapping[str, Any]) -> str:
     lines = [f"target {result['target']}  task {result['task']}"]
     if result.get("instances") is not None:
         lines[0] += f"  instances {result['instances']}"
+    shard = result.get("shard") or {}
+    if shard.get("count", 1) > 1:
+        lines[0] += f"  shard {shard['index']}/{shard['count']} (merge the shards' JSON for the whole rate)"
+    if result.get("merged_from"):
+        lines[0] += f"  merged from {len(result['merged_from'])} shards"
     cap = result.get("capacity_qps")
     failed = result.get("failed_qps")
     n = len(result.get("steps", []))
@@ -90,21 +108,29 @@ def render_text(result: Mapping[str, Any]) -> str:
     if knee:
         lat = knee["latency_ms"]
         lines.append(
-            f"at {knee['rate']:g}/s: p50 {lat['p50']:.1f} ms, p90 {lat['p90']:.1f} ms, "
-            f"p99 {lat['p99']:.1f} ms, errors {knee['error_rate']:.2%}, server cpu "
+            f"at {knee['rate']:g}/s: p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, "
+            f"p99 {lat['p99']:.2f} ms, p99.9 {lat.get('p99.9', 0.0):.2f} ms, max {lat['max']:.2f} ms, "
+            f"errors {knee['error_rate']:.2%}, server cpu "
             f"{_num(knee['server_cpu_cores'], '.2f')} cores, rss "
             f"{_num(knee['server_rss_mib'], '.0f')} MiB"
         )
+    owner = result.get("limited_by")
+    if owner:
+        who = {"server": "the server's", "sender": "the sender's", "sender-connections": "the sender's"}
+        lines.append(f"knee: {who.get(owner, owner)} ({result.get('limited_because', '')})")
     lines.append(
         f"{'step':>4} {'rate/s':>8} {'done/s':>8} {'err%':>6} {'p50ms':>7} {'p99ms':>7} "
-        f"{'queue':>5} {'out/s':>7} {'cpu':>5}  verdict"
+        f"{'p99.9ms':>8} {'maxms':>7} {'queue':>6} {'out/s':>7} {'cpu':>5} {'senders':>9}  verdict"
     )
     for s in result.get("steps", []):
+        lat = s["latency_ms"]
+        senders = "/".join(f"{c:.2f}" for c in s.get("sender_cpu_cores", [])) or "-"
         lines.append(
             f"{s['index']:>4} {s['rate']:>8g} {s['throughput']:>8.1f} "
             f"{s['error_rate'] * 100:>6.2f} "
-            f"{s['latency_ms']['p50']:>7.1f} {s['latency_ms']['p99']:>7.1f} {s['queue_max']:>5} "
-            f"{s['outstanding_slope']:>+7.1f} {_num(s['server_cpu_cores'], '>5.2f')}  "
+            f"{lat['p50']:>7.2f} {lat['p99']:>7.2f} {lat.get('p99.9', 0.0):>8.2f} {lat['max']:>7.1f} "
+            f"{s['queue_max']:>6} {s['outstanding_slope']:>+7.1f} "
+            f"{_num(s['server_cpu_cores'], '>5.2f')} {senders:>9}  "
             f"{'held' if s['held'] else 'NOT held: ' + '; '.join(s['reasons'])}"
         )
     for note in result.get("notes", []):

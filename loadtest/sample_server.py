@@ -6,7 +6,7 @@
 * ``GET /healthz`` - ``ok``; ``GET /stats`` - its configuration, expected capacity, counters, and
   ``measured_capacity_qps``: the rate it served while requests queued for it (see :class:`Slots`).
 
-Two modes stand for the seeds' two kinds of service:
+Two modes stand for the two kinds of service:
 
 ``cpu`` (compute-bound, like feature extraction)
     Each request occupies one *instance* - a worker process - for ``service_ms``, spinning the CPU.
@@ -162,6 +162,8 @@ class Slots:
 
     def __init__(self, n: int) -> None:
         self.n = n
+        self.holds = 0
+        self.held_seconds = 0.0
         self._sem = asyncio.Semaphore(n)
         self.waiting = 0
         self.served_saturated = 0
@@ -195,6 +197,20 @@ class Slots:
                 self._stretch_count += 1
             self._last_release = now
         self._sem.release()
+
+    def note_hold(self, seconds: float) -> None:
+        """One use of a slot lasted ``seconds`` (from acquiring it to giving it back)."""
+        self.holds += 1
+        self.held_seconds += seconds
+
+    def hold_capacity(self) -> float | None:
+        """What the slots can serve at the hold time they actually had: ``n / mean hold``.
+
+        On an idle machine this is the configured capacity; on a busy one a hold can last longer
+        than configured (an instance process scheduled late), and this says by how much - the
+        same-run reference for :meth:`measured_capacity`.
+        """
+        return self.n * self.holds / self.held_seconds if self.held_seconds > 0 else None
 
     def measured_capacity(self, min_seconds: float = 1.0) -> float | None:
         """Completions per saturated second, once there is at least ``min_seconds`` of it."""
@@ -252,6 +268,7 @@ class SampleServer:
             "waiting": self.waiting,
             "saturated_seconds": round(self._limit.saturated_seconds, 3),
             "measured_capacity_qps": _round(self._limit.measured_capacity()),
+            "hold_capacity_qps": _round(self._limit.hold_capacity()),
         }
 
     @property
@@ -270,6 +287,7 @@ class SampleServer:
         try:
             if cfg.mode == "cpu":
                 async with self._slots:
+                    t_hold = loop.time()
                     seconds = cfg.service_ms / 1000.0
                     if cfg.clock == "cpu":
                         cpu = await loop.run_in_executor(self._pool, burn, seconds, "cpu")
@@ -278,12 +296,15 @@ class SampleServer:
                         spin = seconds * (1 - cfg.tail)
                         cpu = await loop.run_in_executor(self._pool, burn, spin, "wall")
                         await asyncio.sleep(max(0.0, until - loop.time()))
+                    self._slots.note_hold(loop.time() - t_hold)
             else:
                 cpu = 0.0
                 if cfg.io_cpu_ms > 0:
                     cpu = await loop.run_in_executor(self._pool, burn, cfg.io_cpu_ms / 1000.0, "cpu")
                 async with self._backend:
+                    t_hold = loop.time()
                     await asyncio.sleep(max(0.0, cfg.latency_ms / 1000.0 - TIMER_EARLY))
+                    self._backend.note_hold(loop.time() - t_hold)
         finally:
             self.waiting -= 1
         self.served += 1

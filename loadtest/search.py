@@ -2,12 +2,16 @@
 
 Three modes, all bounded by ``max_steps`` and ``max_time``:
 
-* ``step`` - the seeds' way: start, start+step, start+2·step, ... until the first rate that is not
+* ``step`` - the classic way: start, start+step, start+2·step, ... until the first rate that is not
   held; the answer is the last held rate. Simple and easy to read, but the resolution is the step.
 * ``bisect`` (default) - grow geometrically (``start``, ``start·growth``, ...) until a rate fails,
   then bisect between the highest held and the lowest failed rate until they are within
   ``resolution`` of each other.
-* ``fixed`` - one step at ``start``: "does it hold 800/s?".
+* ``fixed`` - one step at ``start``: "does it hold 800/s?". A fixed rate sets its own bounds:
+  ``max_qps`` and ``min_qps`` only bound the searches.
+* ``list`` - the given ``rates`` in order, whatever each verdict: the ladder that shards of an
+  Indexed Job run in step with each other (no shard can see the whole verdict, so none may decide
+  the next rate).
 
 Bisect uses one extra piece of evidence: while overloaded, an open-loop server still answers at its
 capacity, so the throughput measured at a failed rate is an estimate of the knee. The next probe
@@ -28,7 +32,7 @@ from typing import Literal, Protocol
 
 from loadtest.stats import StepResult
 
-Mode = Literal["bisect", "step", "fixed"]
+Mode = Literal["bisect", "step", "fixed", "list"]
 HINT_MARGIN = 0.97  # probe this far under the overload throughput
 
 
@@ -40,16 +44,25 @@ class SearchConfig:
     start: float = 10.0
     growth: float = 2.0
     step: float = 10.0
-    max_qps: float = 5000.0
+    max_qps: float = 1_000_000.0
     min_qps: float = 0.5
     resolution: float = 0.1
     max_steps: int = 12
     max_time: float = 300.0
+    rates: tuple[float, ...] = ()
+    retry_doubtful: bool = True
 
     def __post_init__(self) -> None:
-        if self.mode not in ("bisect", "step", "fixed"):
-            raise ValueError(f"search mode must be bisect, step or fixed, not {self.mode!r}")
-        if not 0 < self.min_qps <= self.start <= self.max_qps:
+        if self.mode not in ("bisect", "step", "fixed", "list"):
+            raise ValueError(f"search mode must be bisect, step, fixed or list, not {self.mode!r}")
+        if self.mode == "list" and not self.rates:
+            raise ValueError("search mode list needs rates")
+        if any(not r > 0 for r in self.rates):
+            raise ValueError(f"rates must be positive, got {list(self.rates)}")
+        if self.mode in ("fixed", "list"):
+            if not self.start > 0:
+                raise ValueError(f"rate must be positive, got {self.start}")
+        elif not 0 < self.min_qps <= self.start <= self.max_qps:
             raise ValueError(
                 f"need 0 < min-qps ({self.min_qps}) <= start ({self.start}) <= max-qps ({self.max_qps})"
             )
@@ -126,10 +139,12 @@ class Bisector:
             guess = self.hint * HINT_MARGIN
             if lo_edge <= guess <= hi_edge and self._fresh(guess):
                 return guess
-            # The estimate held: the knee is likely just above it. Probe one resolution higher
-            # (once), so that a failure there ends the search instead of halving a wide bracket.
+            # The estimate held (or the overload throughput is no higher than a rate that held):
+            # the knee is likely just above the held rate. Probe one resolution higher, so that a
+            # failure there ends the search instead of halving a wide bracket.
             near = self.lo / (1 - cfg.resolution) * 0.99
-            if not self.near_tried and near < hi_edge and self.tried[-1] == self.lo:
+            just_held = self.tried[-1] == self.lo
+            if near < hi_edge and (guess < lo_edge or (just_held and not self.near_tried)):
                 self.near_tried = True
                 return near
         return mid
@@ -188,12 +203,71 @@ class Fixed:
         return self.cfg.start
 
 
-def make_strategy(cfg: SearchConfig) -> Bisector | Stepper | Fixed:
+@dataclass
+class Ladder:
+    """The configured ``rates`` in order, whatever the verdicts."""
+
+    cfg: SearchConfig
+    i: int = 0
+    stopped: str | None = None
+
+    def observe(self, rate: float, held: bool, throughput: float) -> None:
+        self.i += 1
+
+    def propose(self) -> float | None:
+        if self.i >= len(self.cfg.rates):
+            self.stopped = "done"
+            return None
+        return self.cfg.rates[self.i]
+
+
+def make_strategy(cfg: SearchConfig) -> Bisector | Stepper | Fixed | Ladder:
     if cfg.mode == "step":
         return Stepper(cfg)
     if cfg.mode == "fixed":
         return Fixed(cfg)
+    if cfg.mode == "list":
+        return Ladder(cfg)
     return Bisector(cfg)
+
+
+def knee_owner(steps: list[StepResult], capacity: float | None) -> tuple[str | None, str]:
+    """Whose limit the knee is - ``server``, ``sender`` or ``sender-connections`` - and why.
+
+    The evidence is the lowest failed rate above the capacity:
+
+    * the sender fell behind there (its release of due requests or its event loop lagged, or a
+      sender process was CPU-bound): the knee may be the client's;
+    * every connection was busy most of the time while the server answered about as fast as
+      when lightly loaded (service p50 under twice the lowest p50 of a held step): the server
+      was not slowed down, the sender simply had too few connections for that latency (Little's
+      law: connections / latency < rate);
+    * otherwise the sender kept up and the server did not: the knee is the server's.
+    """
+    failed = [s for s in steps if not s.held and (capacity is None or s.rate > capacity)]
+    if not failed:
+        return None, "no rate above the capacity failed"
+    lowest = min(s.rate for s in failed)
+    at = [s for s in failed if s.rate == lowest][-1]
+    if not at.sender_kept_up:
+        cpu = "/".join(f"{c:.2f}" for c in at.sender_cpu_cores) or "-"
+        return "sender", (
+            f"at {at.rate:g}/s the sender fell behind (release lag p99 {at.release_lag_p99_ms:.0f} ms, "
+            f"loop lag p99 {at.loop_lag_p99_ms:.0f} ms, sender cpu {cpu}): the knee may be the client's"
+        )
+    held = [s.service_latency_ms["p50"] for s in steps if s.held]
+    base = min(held) if held else None
+    svc = at.service_latency_ms["p50"]
+    if at.workers_saturated > 0.5 and base is not None and svc <= 2 * max(base, 0.05):
+        return "sender-connections", (
+            f"at {at.rate:g}/s all connections were busy while the server answered in "
+            f"{svc:.1f} ms (p50; {base:.1f} ms at the lightest held rate): raise --concurrency"
+        )
+    return "server", (
+        f"at {at.rate:g}/s the sender kept up (release lag p99 {at.release_lag_p99_ms:.0f} ms, "
+        f"loop lag p99 {at.loop_lag_p99_ms:.0f} ms) and the server did not "
+        f"({'; '.join(at.reasons)})"
+    )
 
 
 def _doubtful(step: StepResult) -> bool:
@@ -215,6 +289,8 @@ class SearchResult:
     failed_qps: float | None = None
     stopped: str = "running"
     notes: list[str] = field(default_factory=list)
+    limited_by: str | None = None
+    limited_because: str = ""
 
 
 async def search_capacity(
@@ -249,7 +325,9 @@ async def search_capacity(
         step = await run_step(len(out.steps), round(rate, 3))
         out.steps.append(step)
         if (
-            _doubtful(step)
+            cfg.retry_doubtful
+            and cfg.mode != "list"
+            and _doubtful(step)
             and len(out.steps) < cfg.max_steps
             and (clock() - started + step_seconds <= cfg.max_time)
         ):
@@ -278,4 +356,5 @@ async def search_capacity(
         out.notes.append("no rate was held: lower --start (or --min-qps) to find the knee")
     if out.stopped == "max_qps" and out.capacity_qps is not None:
         out.notes.append(f"held the maximum rate {cfg.max_qps}/s: the knee is higher")
+    out.limited_by, out.limited_because = knee_owner(out.steps, out.capacity_qps)
     return out

@@ -1,4 +1,4 @@
-"""Sending a :class:`~loadtest.plugins.Request` over HTTP (httpx) or gRPC (grpcio, optional).
+"""Sending a :class:`~loadtest.plugins.Request` over HTTP (:mod:`loadtest.http`) or gRPC (grpcio).
 
 A transport turns a request into a :class:`~loadtest.plugins.Response` or raises
 :class:`TransportError` with a *kind* (``connect``, ``timeout``, ``network``). The kinds matter:
@@ -8,17 +8,17 @@ like and are counted as errors of the step.
 
 gRPC is spoken without generated code: ``grpc://host:port/package.Service/Method`` names a unary
 method, the task's ``body`` is the serialized request message and the reply's bytes come back as
-the body. grpcio is imported only when a ``grpc://`` URL is used, so HTTP users don't need it.
+the body. grpcio is imported only when a ``grpc://`` URL is used.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-import httpx
-
+from loadtest.http import HttpClient, HttpError
 from loadtest.plugins import Request, Response
 
 
@@ -41,39 +41,24 @@ class Transport(Protocol):
 
 
 class HttpTransport:
-    """HTTP/1.1 with keep-alive through one ``httpx.AsyncClient``.
+    """HTTP/1.1 with keep-alive through :class:`loadtest.http.HttpClient`.
 
-    The connection pool is as large as the number of workers, so a worker never waits for a
+    The client opens a connection whenever every open one is busy, so a worker never waits for a
     connection: a wait there would be the client's queue, not the server's, and would make the
-    server look slower than it is.
+    server look slower than it is. The number of connections is bounded by the worker count.
     """
 
-    def __init__(self, url: str, *, concurrency: int, timeout: float) -> None:
+    def __init__(self, url: str, *, headers: Mapping[str, str] | None = None) -> None:
         self.target = url
-        self._base = httpx.URL(url)
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self._client = httpx.AsyncClient(
-            limits=limits, timeout=httpx.Timeout(timeout), follow_redirects=False
-        )
-
-    def _url(self, path: str) -> httpx.URL:
-        return self._base.join(path) if path else self._base
+        self._client = HttpClient(url, default_headers=headers)
 
     async def send(self, request: Request) -> Response:
         try:
-            resp = await self._client.request(
-                request.method,
-                self._url(request.path),
-                headers=dict(request.headers),
-                content=request.body,
-            )
-        except httpx.ConnectError as exc:
-            raise TransportError("connect", str(exc) or "connection refused") from exc
-        except httpx.TimeoutException as exc:
-            raise TransportError("timeout", str(exc) or "timed out") from exc
-        except httpx.HTTPError as exc:
-            raise TransportError("network", str(exc) or type(exc).__name__) from exc
-        return Response(status=resp.status_code, body=resp.content, headers=dict(resp.headers))
+            return await self._client.send(request)
+        except HttpError as exc:
+            raise TransportError(exc.kind, str(exc)) from None
+        except ValueError as exc:  # a task's path on another host, a malformed header
+            raise TransportError("network", str(exc)) from None
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -82,7 +67,7 @@ class HttpTransport:
 class GrpcTransport:
     """Unary gRPC calls with raw bytes in and out (no generated stubs needed)."""
 
-    def __init__(self, url: str, *, timeout: float) -> None:
+    def __init__(self, url: str, *, timeout: float, headers: Mapping[str, str] | None = None) -> None:
         parts = urlsplit(url)
         if not parts.hostname or not parts.port or parts.path.count("/") != 2:
             raise ValueError(f"gRPC URL {url!r} must look like grpc://host:port/pkg.Service/Method")
@@ -95,11 +80,12 @@ class GrpcTransport:
         self._grpc = grpc
         self._aio = grpc_aio
         self._timeout = timeout
+        self._metadata = tuple((k.lower(), v) for k, v in (headers or {}).items())
         self._channel: Any = grpc_aio.insecure_channel(f"{parts.hostname}:{parts.port}")
         self._call: Any = self._channel.unary_unary(parts.path)
 
     async def send(self, request: Request) -> Response:
-        metadata = tuple((k.lower(), v) for k, v in request.headers.items()) or None
+        metadata = (*self._metadata, *((k.lower(), v) for k, v in request.headers.items())) or None
         codes = self._grpc.StatusCode
         try:
             reply = await self._call(request.body or b"", timeout=self._timeout, metadata=metadata)
@@ -116,13 +102,13 @@ class GrpcTransport:
         await self._channel.close()
 
 
-def make_transport(url: str, *, concurrency: int, timeout: float) -> Transport:
+def make_transport(url: str, *, timeout: float, headers: Mapping[str, str] | None = None) -> Transport:
     """The transport for ``url``'s scheme; ``ValueError`` (one line) for anything else."""
     scheme = urlsplit(url).scheme
     if scheme in ("http", "https"):
         if not urlsplit(url).hostname:
             raise ValueError(f"URL {url!r} has no host")
-        return HttpTransport(url, concurrency=concurrency, timeout=timeout)
+        return HttpTransport(url, headers=headers)
     if scheme == "grpc":
-        return GrpcTransport(url, timeout=timeout)
+        return GrpcTransport(url, timeout=timeout, headers=headers)
     raise ValueError(f"URL {url!r} must start with http://, https:// or grpc://")

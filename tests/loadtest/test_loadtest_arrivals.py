@@ -1,4 +1,5 @@
-"""The open-loop schedule: arrivals due at start + k/rate, released late but never dropped."""
+"""The open-loop schedule: arrivals due at start + k/rate, released late but never dropped, and
+split exactly over senders."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import itertools
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from loadtest.arrivals import Arrival, Schedule, feed
+from loadtest.arrivals import Arrival, Schedule, Shard, feed
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -102,3 +105,49 @@ def test_stop_ends_the_feed_early() -> None:
         )
 
     assert asyncio.run(run()) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rate=st.floats(min_value=0.5, max_value=3000.0),
+    duration=st.floats(min_value=0.0, max_value=3.0),
+    pods=st.integers(min_value=1, max_value=5),
+    processes=st.integers(min_value=1, max_value=4),
+)
+def test_shards_split_the_schedule_exactly(rate: float, duration: float, pods: int, processes: int) -> None:
+    """Pods x processes, nested: every arrival of the global schedule is sent once, on time."""
+    whole = Schedule(rate, 10.0, duration)
+    times: dict[int, float] = {}
+    for pod in Shard().split(pods):
+        for proc in pod.split(processes):
+            part = Schedule(rate, 10.0, duration, proc)
+            for j in range(part.count):
+                k = part.global_index(j)
+                assert k not in times
+                times[k] = part.time_of(j)
+            # due() agrees with time_of() for this shard
+            if part.count:
+                assert part.due(part.time_of(part.count - 1)) == part.count
+                assert part.due(part.time_of(0) - 1e-6) == 0
+    assert sorted(times) == list(range(whole.count))
+    assert all(times[k] == pytest.approx(whole.time_of(k)) for k in times)
+
+
+@pytest.mark.parametrize(
+    ("shard", "due_at_half_second", "count"),
+    [
+        pytest.param(Shard(0, 2), 3, 5, id="shard 0 of 2 at 10/s takes 0, 2, 4, 6, 8"),
+        pytest.param(Shard(1, 2), 2, 5, id="shard 1 of 2 takes 1, 3, 5, 7, 9"),
+        pytest.param(Shard(2, 3), 1, 3, id="shard 2 of 3 takes 2, 5, 8"),
+    ],
+)
+def test_a_shard_counts_only_its_own_arrivals(shard: Shard, due_at_half_second: int, count: int) -> None:
+    s = Schedule(10.0, 0.0, 1.0, shard)
+    assert s.count == count
+    assert s.due(0.45) == due_at_half_second
+
+
+@pytest.mark.parametrize("shard", [(2, 2), (-1, 3), (0, 0)])
+def test_a_shard_outside_its_stride_is_refused(shard: tuple[int, int]) -> None:
+    with pytest.raises(ValueError):
+        Shard(*shard)

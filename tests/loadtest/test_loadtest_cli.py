@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from loadtest import cli
+from loadtest import cli, runargs
 from loadtest.cli import main, register
 
 pytestmark = pytest.mark.timeout(30)
@@ -86,6 +86,55 @@ def test_compare_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
         pytest.param(
             ["sample-server", "--host", "0.0.0.0"], "loopback only", id="the sample server stays on loopback"
         ),
+        pytest.param(
+            ["run", "http://127.0.0.1:9/x", "--shard", "0/2"],
+            "needs --rate or --rates",
+            id="a shard cannot search",
+        ),
+        pytest.param(
+            ["run", "http://127.0.0.1:9/x", "--rate", "5", "--shard", "2/2"],
+            "I/N",
+            id="a shard past the count",
+        ),
+        pytest.param(
+            ["run", "http://127.0.0.1:9/x", "--rate", "5", "--shard", "auto/2"],
+            "JOB_COMPLETION_INDEX",
+            id="auto shard outside a Job",
+        ),
+        pytest.param(
+            ["run", "http://127.0.0.1:9/x", "--rate", "5", "--start-at", "4102444800"],
+            "--shard",
+            id="start-at without a shard",
+        ),
+        pytest.param(
+            ["run", "http://127.0.0.1:9/x", "--rate", "5", "--rates", "5,6"], "not both", id="rate and rates"
+        ),
+        pytest.param(
+            ["run", "http://127.0.0.1:9/x", "--rate", "5", "-H", "no colon"],
+            "Name: value",
+            id="a header without a colon",
+        ),
+        pytest.param(
+            ["run", "http://127.0.0.1:9/x", "--rate", "5", "--body", "a", "--body-file", "b"],
+            "not both",
+            id="a body twice",
+        ),
+        pytest.param(
+            ["run", "http://127.0.0.1:9/x", "--rate", "5", "--body-file", "/nope/body.bin"],
+            "body file",
+            id="a body file that is not there",
+        ),
+        pytest.param(
+            ["run", "http://127.0.0.1:9/x", "--rate", "5", "--targets", "/nope/targets.txt"],
+            "targets file",
+            id="a targets file that is not there",
+        ),
+        pytest.param(
+            ["run", "http://127.0.0.1:9/x", "--rate", "5", "--processes", "4", "--concurrency", "2"],
+            "at least --processes",
+            id="fewer connections than senders",
+        ),
+        pytest.param(["merge", "/nope/a.json"], "no such file", id="merge a missing file"),
     ],
 )
 def test_invalid_input_exits_2_with_one_line(
@@ -109,7 +158,23 @@ def test_a_target_that_is_down_stops_the_run_with_status_1(
 ) -> None:
     url = f"http://127.0.0.1:{_free_port()}/work"
     rc = main(
-        [url, "--rate", "50", "--warmup", "0", "--window", "3", "--timeout", "1", "--json", "-", "--quiet"]
+        # --processes 0: the sender runs in this process (the other tests use sender processes)
+        [
+            url,
+            "--rate",
+            "50",
+            "--warmup",
+            "0",
+            "--window",
+            "3",
+            "--timeout",
+            "1",
+            "--processes",
+            "0",
+            "--json",
+            "-",
+            "--quiet",
+        ]
     )
     captured = capsys.readouterr()
     assert rc == 1
@@ -131,6 +196,8 @@ def test_a_fixed_rate_run_writes_json_and_a_plot(
                 srv.url,
                 "--task",
                 "sample-work",
+                "--processes",
+                "2",
                 "--rate",
                 "20",
                 "--warmup",
@@ -159,7 +226,35 @@ def test_a_fixed_rate_run_writes_json_and_a_plot(
     assert doc["timeline"] and doc["search"]["mode"] == "fixed"
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "capacity 20 req/s" in captured.out
-    assert "[step 0 20.0/s]" in captured.err  # the progress line, plain lines when not a TTY
+    assert "[step 0 20/s]" in captured.err  # the progress line, plain lines when not a TTY
+    assert step["senders"] == 2 and len(step["sender_cpu_cores"]) == 2  # two processes by default
+    assert step["record"]["histograms"]["latency"].startswith("HISTF")  # mergeable later
+
+
+@pytest.mark.parametrize(
+    ("argv", "mode", "start", "max_qps"),
+    [
+        pytest.param(["--rate", "8000"], "fixed", 8000, 1_000_000, id="--rate 8000 alone is a fixed rate"),
+        pytest.param(
+            ["--rate", "8000", "--max-qps", "5000"],
+            "fixed",
+            8000,
+            5000,
+            id="a fixed rate sets its own bounds",
+        ),
+        pytest.param(["--rates", "100,200,400"], "list", 100, 1_000_000, id="a ladder of rates"),
+        pytest.param(
+            ["--start", "2000"], "bisect", 2000, 1_000_000, id="a search may start above 5000's old cap"
+        ),
+    ],
+)
+def test_rates_set_their_own_bounds(argv: list[str], mode: str, start: float, max_qps: float) -> None:
+    root = argparse.ArgumentParser(prog="gpuplan")
+    register(root.add_subparsers(dest="command"))
+    args = root.parse_args(["loadtest", "run", "http://127.0.0.1:9/x", *argv])
+    run, search = runargs.configs(args)
+    assert (search.mode, search.start, search.max_qps) == (mode, start, max_qps)
+    assert run.processes >= 1 and run.concurrency == 256
 
 
 def test_a_url_in_place_of_the_command_means_run() -> None:

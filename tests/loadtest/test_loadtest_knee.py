@@ -1,21 +1,25 @@
 """End to end: the search finds the sample service's knee, and classify tells the modes apart.
 
-Two references for "the knee", both from the server, never from the load tester:
+Three references for "the knee", all from the server, never from the load tester:
 
 * **configured** - from the server's parameters alone: cpu mode with 50 ms per request serves
   ``instances / 0.050`` (20/s with one instance, 40/s with two); io mode with 4 backend slots of
   100 ms serves ``4 / 0.100`` = 40/s with one or two instances;
 * **self-measured** - what the server served per second while requests queued for it, on its
-  own clock (``/stats`` ``measured_capacity_qps``), during this very search.
+  own clock (``/stats`` ``measured_capacity_qps``), during this very search;
+* **hold-time** - ``slots / mean time a slot was held``, also measured by the server during this
+  very search (``hold_capacity_qps``): the capacity its slots had at the hold times they got.
 
-On an idle machine the two agree, and on a busy one they should still: a cpu-mode request holds
-its instance for its configured *wall* time (spin half, keep the rest as slack, release on the
-front's timer), so CPU taken by other work shows in the server's CPU numbers, not its capacity.
 The search is held to 10% of the self-measured knee (its real job: find the knee the server has
-right now), and the self-measured knee to 10% of the configured one - which fails, with a message
-saying so, only if the machine is too busy for the server to be what it is configured to be.
-The knees are low (tens of requests per second, about 0.1 core of sender). The search's
-resolution is 10% and the held rule tolerates 5% growth of the backlog.
+right now), and the self-measured knee to 10% of the hold-time one (the server is what its slots
+say). Both references come from the same run as the search, so a machine busy with other work
+moves them together: a cpu-mode instance scheduled late holds its slot longer and the knee sags,
+for the server and the search alike. Comparing to the *configured* knee instead made the test
+fail by a hair on a busy machine (the knee had sagged to 35-36/s) while the search was right; the
+configured knee is now only printed, and must not be more than a third off (a broken server).
+The knees are low (tens of requests per second, about 0.1 core of sender). The search runs with
+a resolution of 5% (bracket guarantee) against the 10% it is held to, and the held rule
+tolerates 5% growth of the backlog.
 
 Each search is bounded (max 10 steps, 45 s); four searches take about 35-40 s together.
 """
@@ -29,7 +33,6 @@ from typing import Any
 import pytest
 
 from loadtest.classify import Measurement, classify
-from loadtest.plugins import SampleWork
 from loadtest.probe import ProcessProbe
 from loadtest.runner import RunConfig
 from loadtest.search import SearchConfig
@@ -59,16 +62,18 @@ def measure(sample_server: Any) -> Measure:
                 session = Session(
                     url=srv.url,
                     task_name="sample-work",
-                    run_config=RunConfig(concurrency=16, timeout=5.0, warmup=0.3, window=1.5),
+                    run_config=RunConfig(concurrency=16, processes=1, timeout=5.0, warmup=0.3, window=1.5),
                     search_config=SearchConfig(
-                        start=12, resolution=0.1 if fine else 0.25, max_steps=10, max_time=45
+                        start=12, resolution=0.05 if fine else 0.25, max_steps=10, max_time=45
                     ),
                     instances=instances,
                     probe=ProcessProbe([srv.pid]),
                 )
-                result = asyncio.run(run_load_test(session, SampleWork()))
+                result = asyncio.run(run_load_test(session))
                 result["expected_capacity"] = srv.expected_capacity
-                result["self_measured_capacity"] = srv.stats()["measured_capacity_qps"]
+                stats = srv.stats()
+                result["self_measured_capacity"] = stats["measured_capacity_qps"]
+                result["hold_capacity"] = stats["hold_capacity_qps"]
             cache[key] = result
         return cache[key]
 
@@ -84,7 +89,8 @@ def _describe(result: dict[str, Any]) -> str:
     ]
     return (
         f"capacity {result['capacity_qps']}, configured {result['expected_capacity']}, "
-        f"self-measured {result['self_measured_capacity']}: " + "; ".join(rows)
+        f"self-measured {result['self_measured_capacity']}, hold-time {result['hold_capacity']}: "
+        + "; ".join(rows)
     )
 
 
@@ -105,9 +111,9 @@ def test_search_finds_the_knee_within_ten_percent(measure: Measure, mode: str) -
     served = result["self_measured_capacity"]
     assert served is not None, "the server was never saturated: " + _describe(result)
     assert abs(cap - served) / served <= 0.10, _describe(result)
-    assert abs(served - expected) / expected <= 0.10, (
-        "the machine is too busy for the sample server to serve its configured rate: " + _describe(result)
-    )
+    hold = result["hold_capacity"]
+    assert hold is not None and abs(served - hold) / hold <= 0.10, _describe(result)
+    assert abs(served - expected) / expected <= 1 / 3, "the sample server is broken: " + _describe(result)
     # The knee was bracketed: a higher rate was run and failed.
     assert result["failed_qps"] is not None and result["failed_qps"] > cap, _describe(result)
     assert result["stopped"] == "converged", _describe(result)

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadtest.search import Bisector, SearchConfig, SearchResult, search_capacity
+from loadtest.search import Bisector, SearchConfig, SearchResult, knee_owner, search_capacity
 from loadtest.stats import StepResult
 
 pytestmark = pytest.mark.timeout(60)
@@ -189,3 +189,46 @@ def test_a_narrow_failure_is_measured_again_before_it_counts() -> None:
     out = asyncio.run(search_capacity(step, cfg, step_seconds=1))
     assert calls[:3] == [24, 48, 48]
     assert any("measured again" in n for n in out.notes)
+
+
+def _with(step: StepResult, p50: float, **kw: object) -> StepResult:
+    lat = {**step.service_latency_ms, "p50": p50}
+    return dataclasses.replace(step, service_latency_ms=lat, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("failed", "owner", "words"),
+    [
+        pytest.param(
+            {"p50": 30.0, "workers_saturated": 1.0},
+            "server",
+            "the server did not",
+            id="connections busy because the server slowed down: the server's knee",
+        ),
+        pytest.param(
+            {"p50": 1.5, "workers_saturated": 1.0},
+            "sender-connections",
+            "raise --concurrency",
+            id="connections busy while the server stayed fast: too few connections",
+        ),
+        pytest.param(
+            {"p50": 1.0, "workers_saturated": 0.0, "sender_kept_up": False, "sender_cpu_cores": (0.95, 0.97)},
+            "sender",
+            "0.95/0.97",
+            id="the sender fell behind: maybe the client's knee",
+        ),
+    ],
+)
+def test_the_knee_is_attributed_to_the_server_or_the_sender(
+    failed: dict[str, object], owner: str, words: str
+) -> None:
+    light = _with(fake_step(0, 100, True, 100), 1.0)
+    near = _with(fake_step(1, 200, True, 200), 25.0)  # held, but already queueing at the knee
+    p50 = float(failed.pop("p50"))  # type: ignore[arg-type]
+    over = _with(fake_step(2, 220, False, 200), p50, **failed)
+    got, why = knee_owner([light, near, over], 200)
+    assert got == owner and words in why, why
+
+
+def test_no_failure_no_knee_owner() -> None:
+    assert knee_owner([fake_step(0, 100, True, 100)], 100)[0] is None

@@ -1,4 +1,4 @@
-"""Histograms, the outstanding-growth slope, and the held rule, table-driven."""
+"""Histograms, the held rule, and records that merge exactly across senders, table-driven."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import io
 import pytest
 
 from loadtest.progress import Progress
-from loadtest.stats import HeldRule, LatencyHistogram, Outcome, StepStats, Timeline, slope
+from loadtest.record import Bucket, RecordError, StepRecord, coverage, from_dict, judge, merge, timeline_rows
+from loadtest.stats import HeldRule, LatencyHistogram, slope
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -21,6 +22,7 @@ def test_histogram_percentiles_match_exact_ones_to_three_digits() -> None:
     assert s["p50"] == pytest.approx(500, rel=2e-3)
     assert s["p90"] == pytest.approx(900, rel=2e-3)
     assert s["p99"] == pytest.approx(990, rel=2e-3)
+    assert s["p99.9"] == pytest.approx(999, rel=2e-3)
     assert s["max"] == pytest.approx(1000, rel=2e-3)
     assert s["mean"] == pytest.approx(500.5, rel=2e-3)
     assert h.count == 1000
@@ -46,23 +48,29 @@ def test_slope(points: list[tuple[float, float]], expected: float) -> None:
     assert slope(points) == pytest.approx(expected)
 
 
-def _step(
+def _record(
     *,
     rate: float = 40.0,
     errors: int = 0,
     growth_per_s: float = 0.0,
     latency: float = 0.05,
     answered: int = 80,
-) -> StepStats:
-    stats = StepStats(rate, 10.0, 12.0)
+    shard: tuple[int, int] = (0, 1),
+) -> StepRecord:
+    """A two-second window at ``rate``: ``answered`` replies, a backlog growing ``growth_per_s``."""
+    r = StepRecord(rate, 0.0, 2.0, 0.05, 0.0, shards=[shard], concurrency=16)
     for i in range(answered):
-        t = 10.0 + i * 2.0 / max(answered, 1)
-        err = "check" if i < errors else None
-        stats.record(Outcome(t - latency, t - latency, t, err, "bad body" if err else ""))
-    for k in range(40):
-        t = 10.0 + k * 0.05
-        stats.sample(t, int(growth_per_s * (t - 10.0)), 2)
-    return stats
+        r.completed += 1
+        r.latency.record(latency)
+        r.service.record(latency)
+        if i < errors:
+            r.errors["check"] = r.errors.get("check", 0) + 1
+            r.error_examples.setdefault("check", "bad body")
+        else:
+            r.ok += 1
+    r.queue = [int(growth_per_s * k * 0.05) for k in range(40)]
+    r.in_flight = [2] * 40
+    return r
 
 
 @pytest.mark.parametrize(
@@ -92,56 +100,90 @@ def _step(
     ],
 )
 def test_held_rule(kwargs: dict[str, float], rule: HeldRule, held: bool, reason: str) -> None:
-    result = _step(**kwargs).result(index=0, rule=rule, concurrency=16)  # type: ignore[arg-type]
+    result = judge(_record(**kwargs), index=0, rule=rule)  # type: ignore[arg-type]
     assert result.held is held, result.reasons
     assert reason in " ".join(result.reasons)
 
 
-def test_only_the_window_counts() -> None:
-    stats = StepStats(10.0, 10.0, 12.0)
-    stats.record(Outcome(9.0, 9.0, 9.5))  # warm-up
-    stats.record(Outcome(11.0, 11.0, 11.1))
-    stats.record(Outcome(11.9, 11.9, 12.5))  # answered during the drain
-    stats.note_scheduled(9.9)
-    stats.note_scheduled(11.0)
-    r = stats.result(index=3, rule=HeldRule(), concurrency=4)
-    assert (r.completed, r.scheduled, r.index) == (1, 1, 3)
-    assert r.throughput == pytest.approx(0.5)
+def test_a_shards_growth_limit_is_its_share_of_the_rate() -> None:
+    # Shard 0 of 4 sends 10/s of 40/s: its backlog may grow 5% of 10/s, not of 40/s.
+    part = judge(_record(shard=(0, 4), growth_per_s=1.5), index=0, rule=HeldRule())
+    assert part.growth_limit == pytest.approx(1.0) and not part.held
 
 
 def test_errors_are_counted_by_kind_with_an_example() -> None:
-    stats = StepStats(10.0, 0.0, 1.0)
-    stats.record(Outcome(0.1, 0.1, 0.2, "timeout", "no answer in 5s"))
-    stats.record(Outcome(0.2, 0.2, 0.3, "connect", "refused"))
-    stats.record(Outcome(0.3, 0.3, 0.4, "connect", "refused again"))
-    r = stats.result(index=0, rule=HeldRule(), concurrency=4)
-    assert dict(r.errors_by_kind) == {"timeout": 1, "connect": 2}
-    assert r.error_examples["connect"] == "refused"
-    assert r.to_dict()["errors_by_kind"] == {"timeout": 1, "connect": 2}
+    r = judge(_record(errors=2), index=0, rule=HeldRule())
+    assert dict(r.errors_by_kind) == {"check": 2}
+    assert r.error_examples["check"] == "bad body"
+    assert r.to_dict()["errors_by_kind"] == {"check": 2}
 
 
 def test_a_sender_that_falls_behind_is_reported() -> None:
-    stats = _step()
-    stats.release_lag.record(0.2)
-    r = stats.result(index=0, rule=HeldRule(), concurrency=16, client_cpu_cores=0.95)
+    rec = _record()
+    rec.release_lag.record(0.2)
+    rec.sender_cpu = [0.5, 0.95]
+    r = judge(rec, index=0, rule=HeldRule())
     assert r.sender_kept_up is False
+    assert r.client_cpu_cores == 0.95 and list(r.sender_cpu_cores) == [0.5, 0.95]
     assert any("CPU-bound" in n for n in r.notes)
 
 
-def test_timeline_buckets_per_second() -> None:
-    tl = Timeline(start=100.0)
-    tl.scheduled(100.2, 10.0)
-    tl.scheduled(101.5, 10.0)
-    tl.outcome(Outcome(100.2, 100.2, 100.4))
-    tl.outcome(Outcome(101.5, 101.5, 101.9, "check"))
-    tl.sample(101.6, 3, 2)
-    tl.server_cpu(101.7, 0.5)
-    rows = tl.rows()
-    assert [r["t"] for r in rows] == [0.0, 1.0]
-    assert rows[1]["errors"] == 1 and rows[1]["queue_max"] == 3
-    assert rows[1]["outstanding_max"] == 5
-    assert rows[1]["server_cpu_cores"] == 0.5
-    assert rows[0]["p50_ms"] == pytest.approx(200, rel=0.02)
+def test_histograms_merge_exactly_and_survive_encoding() -> None:
+    whole = LatencyHistogram()
+    a, b = LatencyHistogram(), LatencyHistogram()
+    for i in range(1, 20001):
+        v = (i % 997) / 1000.0 + (0.5 if i % 100 == 0 else 0.0)
+        whole.record(v)
+        (a if i % 3 else b).record(v)
+    merged = LatencyHistogram.decode(a.encode())
+    merged.add(LatencyHistogram.decode(b.encode()))
+    assert merged.count == whole.count == 20000
+    assert merged.summary_ms() == whole.summary_ms()  # every percentile, max and mean: equal
+
+
+def test_records_of_two_shards_merge_into_the_whole() -> None:
+    a = _record(shard=(0, 2), answered=40, latency=0.01)
+    b = _record(shard=(1, 2), answered=40, errors=1, latency=0.03)
+    a.sender_cpu, b.sender_cpu = [0.4], [0.5]
+    a.timeline = {0: Bucket(20, 20, 0)}
+    b.timeline = {0: Bucket(20, 19, 1), 1: Bucket(20, 20, 0)}
+    m = merge([from_dict(a.to_dict()), from_dict(b.to_dict())])
+    assert (m.completed, m.ok, m.errors) == (80, 79, {"check": 1})
+    assert m.shards == [(0, 2), (1, 2)] and coverage(m.shards) == 1.0
+    assert m.in_flight == [4] * 40 and m.sender_cpu == [0.4, 0.5]
+    assert m.latency.percentile_ms(50) == pytest.approx(10, rel=0.01)
+    assert m.latency.percentile_ms(99) == pytest.approx(30, rel=0.01)
+    assert (m.timeline[0].scheduled, m.timeline[0].errors, m.timeline[1].completed) == (40, 1, 20)
+    assert judge(m, index=0, rule=HeldRule()).rate == 40.0
+
+
+@pytest.mark.parametrize(
+    ("second", "message"),
+    [
+        pytest.param({"shard": (0, 2)}, "appears twice", id="the same shard twice"),
+        pytest.param({"rate": 80.0, "shard": (1, 2)}, "different steps", id="shards of different steps"),
+    ],
+)
+def test_records_that_are_not_one_step_do_not_merge(second: dict[str, object], message: str) -> None:
+    with pytest.raises(RecordError, match=message):
+        merge([_record(shard=(0, 2)), _record(**second)])  # type: ignore[arg-type]
+
+
+def test_a_record_that_is_not_one_names_the_problem() -> None:
+    with pytest.raises(RecordError, match="not a step record"):
+        from_dict({"rate": 1})
+
+
+def test_timeline_rows_per_second_with_the_backlog_from_the_grid() -> None:
+    r = _record(growth_per_s=2.0)
+    r.offset_s = 3.0
+    r.timeline = {3: Bucket(40, 40, 1), 4: Bucket(40, 39, 0)}
+    r.timeline[3].latency.record(0.2)
+    rows = timeline_rows([r], {4: 0.5})
+    assert [x["t"] for x in rows] == [3.0, 4.0]
+    assert rows[0]["errors"] == 1 and rows[0]["p50_ms"] == pytest.approx(200, rel=0.02)
+    assert rows[1]["queue_max"] == 3 and rows[1]["outstanding_max"] == 5
+    assert rows[1]["server_cpu_cores"] == 0.5 and rows[0]["target_rate"] == 40.0
 
 
 def test_progress_redraws_in_place_on_a_terminal() -> None:

@@ -1,0 +1,97 @@
+"""A targets file: many different requests in one run, in vegeta's plain-text format.
+
+A real service is rarely measured with one request repeated: a face search wants different
+images, an API several endpoints. The format is vegeta's ``http`` targets format, so files written
+for vegeta work as they are::
+
+    # comment
+    GET http://127.0.0.1:8080/search?q=1
+    X-Account: 42
+
+    POST http://127.0.0.1:8080/features
+    Content-Type: application/json
+    @bodies/face-001.json
+
+A target is a method and a URL, then header lines, then optionally ``@FILE`` for the body (relative
+to the targets file); blank lines separate targets. Request ``i`` of a run is target
+``i mod n``, so every shard and every sender process takes the same targets in the same order
+(``--task targets --task-arg file=...``, or ``--targets FILE``). URLs must be on the run's host and
+port (the connections are to one origin); their paths and queries are used as they are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loadtest.plugins import Request, Response, TaskError
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def parse_targets(text: str, base: Path | None = None) -> list[Request]:
+    """The requests of a targets file; :class:`TaskError` naming the line for anything else."""
+    out: list[Request] = []
+    current: dict[str, object] | None = None
+
+    def close() -> None:
+        nonlocal current
+        if current is not None:
+            out.append(
+                Request(
+                    method=str(current["method"]),
+                    path=str(current["url"]),
+                    headers=dict(current["headers"]),  # type: ignore[call-overload]
+                    body=current["body"],  # type: ignore[arg-type]
+                )
+            )
+        current = None
+
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if line.startswith("#"):
+            continue
+        if not line:
+            close()
+            continue
+        if current is None:
+            method, _, url = line.partition(" ")
+            if method.upper() not in METHODS or not url.strip():
+                raise TaskError(f"targets line {n}: expected 'METHOD URL', got {line[:80]!r}")
+            current = {"method": method.upper(), "url": url.strip(), "headers": {}, "body": None}
+        elif line.startswith("@"):
+            path = Path(line[1:].strip())
+            if base is not None and not path.is_absolute():
+                path = base / path
+            try:
+                current["body"] = path.read_bytes()
+            except OSError as exc:
+                raise TaskError(f"targets line {n}: body file {str(path)!r}: {exc.strerror}") from None
+        else:
+            key, sep, value = line.partition(":")
+            if not sep or not key.strip():
+                raise TaskError(f"targets line {n}: expected 'Header: value' or '@file', got {line[:80]!r}")
+            headers = current["headers"]
+            assert isinstance(headers, dict)
+            headers[key.strip()] = value.strip()
+    close()
+    if not out:
+        raise TaskError("the targets file has no target")
+    return out
+
+
+class Targets:
+    """Request ``i`` is target ``i mod n`` of ``file``; success is any 2xx status."""
+
+    def __init__(self, file: str) -> None:
+        path = Path(file)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise TaskError(f"targets file {file!r}: {exc.strerror}") from None
+        self.requests = parse_targets(text, path.parent)
+
+    def build(self, i: int) -> Request:
+        return self.requests[i % len(self.requests)]
+
+    def check(self, response: Response) -> bool:
+        return 200 <= response.status < 300
