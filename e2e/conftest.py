@@ -36,6 +36,7 @@ from e2e.support import (
 )
 
 CRD = REPO / "crds" / "gpuallocationplans.yaml"
+POLICY = REPO / "crds" / "plans-admission-policy.yaml"  # admission checks the schema cannot make
 LOGS = Path(__file__).resolve().parent / ".logs"
 
 
@@ -90,7 +91,7 @@ def api(kubeconfig: str) -> Api:
 
 @pytest.fixture(scope="session")
 def crd(kubectl: Kubectl) -> None:
-    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD), "-f", str(POLICY))
     kubectl.run("wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.gpuplan.ragnaros.io")
 
 

@@ -41,6 +41,12 @@ from e2e.support import (
         pytest.param({"x": {"G": 1}}, [{"name": "x"}], "needs keyStrategy and services.key",
                      id="a new operator without its key service"),
         pytest.param({"face_1vn": {"G": 1}}, [], "scoring", id="an unknown scoring"),
+        pytest.param({"face_1vn": {"G": -1}}, [], "spec.requests.face_1vn: the short form maps each type",
+                     id="a negative count in the short form"),
+        pytest.param({"face_1vn": {"G": "4"}}, [], "spec.requests.face_1vn: the short form maps each type",
+                     id="a string count in the short form"),
+        pytest.param({"face_1vn": {"G": 4, "resourceNum": {"G": 4}}}, [],
+                     "spec.requests.face_1vn: use either", id="short and long forms mixed"),
     ],
 )  # fmt: skip
 def test_schema_rejects_at_the_door(

@@ -47,8 +47,9 @@ bash "${HACK_DIR}/cluster-up.sh"
 use_bin_dir "$(bash "${HACK_DIR}/build-binaries.sh")"
 export KUBECONFIG="${KUBECONFIG_OUT}"
 
-log "installing the CRD"
-kubectl apply --server-side -f "${REPO_ROOT}/crds/gpuallocationplans.yaml" >/dev/null
+log "installing the CRD and its admission policy"
+kubectl apply --server-side -f "${REPO_ROOT}/crds/gpuallocationplans.yaml" \
+  -f "${REPO_ROOT}/crds/plans-admission-policy.yaml" >/dev/null
 kubectl wait --for condition=established --timeout=60s crd/gpuallocationplans.gpuplan.ragnaros.io >/dev/null
 
 pid="$(cat "${OP_PID}" 2>/dev/null || true)"

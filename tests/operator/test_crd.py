@@ -11,6 +11,7 @@ from gpuplan_operator import status as st
 
 from planner.catalog import BUILTIN_OPERATORS
 from planner.model import ResourceKind
+from planner.parse import parse_spec
 from planner.strategies import KEY_STRATEGIES, SCORINGS
 from planner.vocab import GROUP, KIND, PLURAL, VERSION
 
@@ -37,7 +38,7 @@ def test_names_scope_and_status_subresource() -> None:
 
 
 def test_printer_columns() -> None:
-    cols = {c["name"]: c["jsonPath"] for c in version()["additionalPrinterColumns"]}
+    cols = {c["name"]: c["jsonPath"] for c in version()["additionalPrinterColumns"] if not c.get("priority")}
     assert cols == {
         "Phase": ".status.phase",
         "Score": ".status.score",
@@ -81,3 +82,49 @@ def test_the_enums_are_the_codes_tables() -> None:
     assert key_strategy["enum"] == [s.value for s in KEY_STRATEGIES]
     assert spec["scoring"]["enum"] == list(SCORINGS)
     assert spec["resources"]["items"]["properties"]["kind"]["enum"] == [k.value for k in ResourceKind]
+
+
+def test_every_property_is_described_for_kubectl_explain() -> None:
+    missing: list[str] = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if path not in ("", ".metadata") and not node.get("description"):
+            missing.append(path)
+        for name, child in (node.get("properties") or {}).items():
+            walk(child, f"{path}.{name}")
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}.*")
+        if "items" in node:
+            walk(node["items"], f"{path}[]")
+
+    walk(version()["schema"]["openAPIV3Schema"], "")
+    assert missing == []
+
+
+def test_conditions_have_the_metav1_condition_shape() -> None:
+    props = version()["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    item = props["conditions"]["items"]
+    assert set(item["required"]) == {
+        "type",
+        "status",
+        "reason",
+        "message",
+        "lastTransitionTime",
+        "observedGeneration",
+    }
+    assert set(props["conflicts"]["items"]["properties"]) == {"resource", "kind", "requests", "detail"}
+    assert props["conflicts"]["items"]["properties"]["kind"]["description"].count("TimedOut") == 1
+
+
+def test_defaults_match_the_parser() -> None:
+    spec = version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    parsed = parse_spec({"requests": {}}, name="x", namespace="y")
+    assert spec["scoring"]["default"] == parsed.scoring
+    assert spec["deploy"]["default"] is parsed.deploy and spec["dryRun"]["default"] is parsed.dry_run
+    assert spec["image"]["default"] == parsed.image
+    assert spec["resources"]["items"]["properties"]["kind"]["default"] == "GPU"
+
+
+def test_a_wide_column_shows_the_message() -> None:
+    (wide,) = [c for c in version()["additionalPrinterColumns"] if c.get("priority") == 1]
+    assert wide["jsonPath"] == ".status.message"

@@ -1,0 +1,222 @@
+"""``gpuplan``: the command line. Thin: read the inputs, call the planner, print.
+
+Exit status: 0 a plan was found; 3 no deployable plan exists (or none was found in time); 2
+invalid input, with one line on stderr naming the field and no traceback; 1 the cluster could not
+be read. Other sub-commands (``gpuplan loadtest``) register through the ``gpuplan.commands``
+entry points, so this package never imports them. A command imports what it needs when it runs:
+``--help`` and a plan decided by the fast path never load the solver or a Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpuplan.documents import load
+from planner.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from planner.model import PlanSpec, Snapshot
+    from planner.result import Previous
+
+FORMATS = ("text", "json", "yaml", "values", "manifests")
+EXIT_PLAN, EXIT_UNREACHABLE, EXIT_INVALID, EXIT_NO_PLAN = 0, 1, 2, 3
+
+
+def _progress(quiet: bool) -> Any:
+    start = time.monotonic()
+
+    def report(line: str) -> None:
+        if not quiet and time.monotonic() - start > 1.0:
+            print(f"gpuplan: {line}", file=sys.stderr, flush=True)
+
+    return report
+
+
+def _previous_from(doc: Any, where: str) -> Previous:
+    from planner.result import previous_placements, read_allocations
+
+    if not isinstance(doc, dict) or "allocations" not in doc:
+        raise InvalidInput("previous", f"{where}: not a gpuplan plan -o json output (no allocations)")
+    try:
+        return previous_placements(read_allocations(doc["allocations"]))
+    except InvalidInput as e:
+        raise InvalidInput(f"previous {where}: {e.field}", e.message) from None
+
+
+def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previous | None]:
+    """The snapshot from files (``--nodes``) or, read only, from the cluster; and the previous plan."""
+    from planner.parse import snapshot
+
+    if sum(1 for f in (args.plan, args.nodes, args.pods, args.previous) if f == "-") > 1:
+        raise InvalidInput("-", "standard input can be read for one option only")
+    previous = _previous_from(load(args.previous, "previous"), args.previous) if args.previous else None
+    if args.nodes is not None:
+        pods = load(args.pods, "pods") if args.pods else None
+        return snapshot(load(args.nodes, "nodes"), pods), previous
+    if args.pods:
+        raise InvalidInput("pods", "--pods goes with --nodes; a live cluster's pods are read with its nodes")
+    from gpuplan import live
+
+    seen = live.read(args.kubeconfig, args.context, spec.namespace, spec.name)
+    if not args.quiet:
+        print(f"gpuplan: read {len(seen.nodes['items'])} nodes from {seen.server}", file=sys.stderr)
+    if previous is None and seen.own_status and seen.own_status.get("allocations"):
+        previous = _previous_from(seen.own_status, f"the cluster's {spec.namespace}/{spec.name}")
+    return snapshot(seen.nodes, seen.pods, seen.reserved), previous
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from planner.explain import explain
+    from planner.parse import parse_plan
+    from planner.render import render_manifests, values_yaml
+    from planner.search import plan
+
+    spec = parse_plan(load(args.plan, "plan"))
+    snap, previous = _inputs(args, spec)
+    result = plan(
+        spec,
+        snap,
+        seconds=args.time_limit,
+        workers=args.workers,
+        previous=previous,
+        progress=_progress(args.quiet),
+    )
+    code = EXIT_PLAN if result.feasible else EXIT_NO_PLAN
+    if args.output == "json":
+        print(json.dumps(result.to_json(), indent=2))
+    elif args.output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(result.to_json(), sort_keys=False), end="")
+    elif args.output == "text":
+        print(explain(spec, result), end="")
+    elif not result.feasible:
+        print(f"gpuplan: no deployable plan: {result.reason}", file=sys.stderr)
+    elif args.output == "values":
+        print(values_yaml(spec, result), end="")
+    else:
+        import yaml
+
+        print(yaml.safe_dump_all(render_manifests(spec, result), sort_keys=False), end="")
+    return code
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from gpuplan import live, status
+
+    plans = live.list_plans(args.kubeconfig, args.context)
+    if not args.all_namespaces and args.namespace:
+        plans = [p for p in plans if p.namespace == args.namespace]
+    if args.name:
+        plans = [p for p in plans if p.name == args.name]
+        if not plans:
+            where = f" in namespace {args.namespace}" if args.namespace else ""
+            raise InvalidInput("name", f"no GpuAllocationPlan {args.name!r}{where}")
+    print(status.render(plans, detail=bool(args.name)), end="")
+    return EXIT_PLAN
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    import shtab
+
+    print(shtab.complete(parser(plugins=True, prog=args.prog), shell=args.shell), end="")
+    return EXIT_PLAN
+
+
+def _cluster_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--kubeconfig", help="the kubeconfig to read the cluster with (default $KUBECONFIG, ~/.kube/config)"
+    )
+    p.add_argument("--context", help="the kubeconfig context to use (default: its current context)")
+
+
+def parser(plugins: bool = True, prog: str = "gpuplan") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog, description="Plan how GPU cards are split among inference services."
+    )
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command")
+
+    pl = sub.add_parser(
+        "plan",
+        help="plan a GpuAllocationPlan against node files or, read only, a live cluster",
+        description="Plan a GpuAllocationPlan. Nodes come from --nodes (kubectl get nodes -o yaml|json, "
+        "'-' for standard input) or, without --nodes, from the cluster of --kubeconfig/--context, read "
+        "only, as the operator sees it.",
+    )
+    pl.add_argument(
+        "plan", help="a GpuAllocationPlan manifest, or a ragnaros_operator_config JSON ('-': stdin)"
+    )
+    pl.add_argument(
+        "--nodes", help="kubectl get nodes -o yaml|json output ('-': stdin); omit to read the cluster"
+    )
+    pl.add_argument("--pods", help="kubectl get pods -A -o yaml|json output: their requests hold cards")
+    _cluster_options(pl)
+    pl.add_argument("-o", "--output", choices=FORMATS, default="text", help="output format (default text)")
+    pl.add_argument("--previous", help="an earlier -o json output: move as few instances as possible")
+    pl.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
+    pl.add_argument("--workers", type=int, default=1, help="solver threads (default 1: reproducible)")
+    pl.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    pl.set_defaults(func=cmd_plan)
+
+    st = sub.add_parser("status", help="show the cluster's plans: phase, score, cards, readiness")
+    st.add_argument("name", nargs="?", help="one plan: also its placement per node and its conditions")
+    st.add_argument("-n", "--namespace", help="only this namespace")
+    st.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (the default)")
+    _cluster_options(st)
+    st.set_defaults(func=cmd_status)
+
+    co = sub.add_parser("completion", help="print a shell completion script (bash, zsh or tcsh)")
+    co.add_argument("shell", choices=("bash", "zsh", "tcsh"))
+    co.set_defaults(func=cmd_completion, prog=prog)
+
+    if plugins:  # scanning installed distributions costs ~70 ms: only when a plugin may be meant
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group="gpuplan.commands"):
+            ep.load()(sub)
+    return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpuplan")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "gpuplan") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cheap = argv[:1] in (["plan"], ["status"], ["--version"])
+    p = parser(plugins=not cheap, prog=prog)
+    args = p.parse_args(argv)
+    if args.version:
+        print(f"{prog} {_version()}")
+        return EXIT_PLAN
+    if not getattr(args, "func", None):
+        p.print_help()
+        return EXIT_INVALID
+    from gpuplan.live import ClusterUnreachable
+
+    try:
+        code: int = args.func(args)
+        return code
+    except InvalidInput as e:
+        print(f"{prog}: invalid input: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    except ClusterUnreachable as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except BrokenPipeError:
+        return EXIT_PLAN
+
+
+if __name__ == "__main__":
+    sys.exit(main())
