@@ -30,8 +30,8 @@ e2e: ## end-to-end tests against a real local control plane (starts it; clears t
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e
 
 lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift
-	$(BIN)/ruff check planner operator loadtest tests bench e2e
-	$(BIN)/ruff format --check planner operator loadtest tests bench e2e
+	$(BIN)/ruff check planner gpuplan operator loadtest tests bench e2e
+	$(BIN)/ruff format --check planner gpuplan operator loadtest tests bench e2e
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	bash hack/check-crd-drift.sh

@@ -30,7 +30,8 @@ from validate import validate  # noqa: E402
 
 OUT = HERE / "out"
 BASELINE = "621d1d4"  # the last release whose exact search modelled every node
-CLI = [sys.executable, "-c", "import sys; from planner.cli import main; sys.exit(main())"]
+CLI = [sys.executable, "-m", "gpuplan"]
+BASELINE_CLI = [sys.executable, "-c", "import sys; from planner.cli import main; sys.exit(main())"]
 
 
 def run(
@@ -118,7 +119,9 @@ def point(
     row(label, "gpuplan" + (f" (med. {repeat})" if repeat > 1 else ""), wall, max(mbs), res)
     out = {"case": label, "wall": wall, "mb": max(mbs), "result": describe(res), "score": res.get("score")}
     if base is not None:
-        bwall, bmb, bres = run([*CLI, "plan", plan, "--nodes", nodes, "-o", "json", "-q"], base, base_timeout)
+        bwall, bmb, bres = run(
+            [*BASELINE_CLI, "plan", plan, "--nodes", nodes, "-o", "json", "-q"], base, base_timeout
+        )
         ratio = f"  ({bwall / wall:.0f}x slower)" if bres is not None else f"  (> {bwall / wall:.0f}x)"
         same = "" if bres is None or bres.get("score") == res.get("score") else "  DIFFERENT SCORE"
         row("", f"release {BASELINE}", bwall, bmb, bres, ratio + same)

@@ -384,7 +384,7 @@ def settled_reconciles(url: str, before: Samples, reason: str) -> Callable[[], S
 
 def gpuplan_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The ``gpuplan`` command line from this venv."""
-    cmd = [sys.executable, "-c", "import sys; from planner.cli import main; sys.exit(main())", *args]
+    cmd = [sys.executable, "-c", "import sys; from gpuplan.cli import main; sys.exit(main())", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
 
 

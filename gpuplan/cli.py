@@ -52,8 +52,6 @@ def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previou
     """The snapshot from files (``--nodes``) or, read only, from the cluster; and the previous plan."""
     from planner.parse import snapshot
 
-    if sum(1 for f in (args.plan, args.nodes, args.pods, args.previous) if f == "-") > 1:
-        raise InvalidInput("-", "standard input can be read for one option only")
     previous = _previous_from(load(args.previous, "previous"), args.previous) if args.previous else None
     if args.nodes is not None:
         pods = load(args.pods, "pods") if args.pods else None
@@ -76,6 +74,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from planner.render import render_manifests, values_yaml
     from planner.search import plan
 
+    if sum(1 for f in (args.plan, args.nodes, args.pods, args.previous) if f == "-") > 1:
+        raise InvalidInput("-", "standard input can be read for one option only")
     spec = parse_plan(load(args.plan, "plan"))
     snap, previous = _inputs(args, spec)
     result = plan(
@@ -175,12 +175,18 @@ def parser(plugins: bool = True, prog: str = "gpuplan") -> argparse.ArgumentPars
     co.add_argument("shell", choices=("bash", "zsh", "tcsh"))
     co.set_defaults(func=cmd_completion, prog=prog)
 
-    if plugins:  # scanning installed distributions costs ~70 ms: only when a plugin may be meant
-        from importlib.metadata import entry_points
-
-        for ep in entry_points(group="gpuplan.commands"):
-            ep.load()(sub)
+    for name, plugin in _plugins().items() if plugins else ():  # listed for --help; run by main()
+        sub.add_parser(name, help=plugin.HELP, add_help=False)
     return p
+
+
+def _plugins() -> dict[str, Any]:
+    """Sub-commands other packages add: ``gpuplan.commands`` entry points naming a module with
+    ``HELP`` (one line) and ``main(argv) -> int``. Loading one must be cheap (see loadtest.command);
+    scanning the installed distributions costs ~30 ms, so only when a plugin may be meant."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep.load() for ep in entry_points(group="gpuplan.commands")}
 
 
 def _version() -> str:
@@ -195,6 +201,10 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None, prog: str = "gpuplan") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cheap = argv[:1] in (["plan"], ["status"], ["--version"])
+    if argv and not cheap and not argv[0].startswith("-"):
+        plugin = _plugins().get(argv[0])
+        if plugin is not None:
+            return int(plugin.main(argv[1:]))
     p = parser(plugins=not cheap, prog=prog)
     args = p.parse_args(argv)
     if args.version:

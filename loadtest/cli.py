@@ -338,9 +338,9 @@ def register(subparsers: Any) -> None:
     configure(parser)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m loadtest``: the same commands as ``gpuplan loadtest``."""
-    root = argparse.ArgumentParser(prog="python -m")
+def main(argv: Sequence[str] | None = None, prog: str = "python -m") -> int:
+    """``python -m loadtest``, and ``gpuplan loadtest`` (through :mod:`loadtest.command`)."""
+    root = argparse.ArgumentParser(prog=prog)
     register(root.add_subparsers(dest="command"))
     args = root.parse_args(["loadtest", *(sys.argv[1:] if argv is None else argv)])
     func = args.func

@@ -1,13 +1,9 @@
 """gpuplan's pure planning library.
 
-No I/O happens in this package (the command line in :mod:`planner.cli` is the one exception and
-only reads files and prints). Everything takes a frozen snapshot of nodes, free cards and requests
-and returns values that carry their reasons, so the operator and the CLI render exactly the same
-plan from the same input.
+No I/O happens in this package: the command line (:mod:`gpuplan`) reads files and clusters, the
+operator (:mod:`gpuplan_operator`) reads and writes the cluster. Everything here takes a frozen
+snapshot of nodes, free cards and requests and returns values that carry their reasons, so the
+operator and the command line render exactly the same plan from the same input.
+
+Importing the package imports nothing else: ``gpuplan --help`` should not pay for the planner.
 """
-
-from planner.errors import InvalidInput
-from planner.model import PlanSpec, Snapshot
-from planner.result import Allocation, PlanResult
-
-__all__ = ["Allocation", "InvalidInput", "PlanResult", "PlanSpec", "Snapshot"]

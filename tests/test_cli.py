@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from planner.cli import main
+from gpuplan.cli import main
 from tests.helpers import node_list, plan_doc
 
 NODES = [("p4-000", "P4", 8), ("p4-001", "P4", 8), ("t4-000", "T4", 8)]
@@ -201,3 +202,34 @@ def test_a_broken_previous_plan_names_its_field(tmp_path, capsys) -> None:  # ty
     code, out, err = run(tmp_path, capsys, doc, nodes, "--previous", str(tmp_path / "prev.json"))
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "allocations[0].unitsPerInstance" in err and "Traceback" not in err
+
+
+def test_version_and_help_need_no_planner(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("gpuplan ")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "plan" in out and "status" in out and "completion" in out and "loadtest" in out
+
+
+def test_completion_scripts_name_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    for shell in ("bash", "zsh"):
+        assert main(["completion", shell]) == 0
+        script = capsys.readouterr().out
+        assert "gpuplan" in script and "--nodes" in script and "--kubeconfig" in script
+
+
+def test_nodes_from_standard_input_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan_doc({"face_feature_extract": {"P4": 2}})))
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(node_list(NODES))))
+    assert main(["plan", str(tmp_path / "plan.yaml"), "--nodes", "-", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["feasible"]
+
+
+def test_standard_input_serves_one_option_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "-", "--nodes", "-"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "standard input can be read for one option only" in err

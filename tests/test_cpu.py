@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from planner.cli import main
+from gpuplan.cli import main
 from planner.parse import parse_plan, snapshot
 from planner.render import render_flamewakers
 from planner.search import plan

@@ -33,15 +33,19 @@ MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
 
-def load_api_client(pool_size: int = 8, kubeconfig: str | None = None) -> client.ApiClient:
+def load_api_client(
+    pool_size: int = 8, kubeconfig: str | None = None, context: str | None = None
+) -> client.ApiClient:
     """In-cluster credentials when running in a pod, else ``$KUBECONFIG``/``~/.kube/config``."""
     configuration = client.Configuration()
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         # read $KUBECONFIG now: the client library reads it once, at import time
         path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
-        config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, context=context, client_configuration=configuration
+        )
     configuration.connection_pool_maxsize = pool_size
     return client.ApiClient(configuration)
 

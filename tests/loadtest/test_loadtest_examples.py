@@ -20,7 +20,9 @@ import yaml
 from loadtest import cli, runargs
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "loadtest" / "examples" / "indexed-job.yaml"
-PRIMITIVES = {"str": str, "int": int, "bool": bool, "object": object, "float": (int, float)}
+PRIMITIVES: dict[str, type | tuple[type, ...]] = {
+    "str": str, "int": int, "bool": bool, "object": object, "float": (int, float),
+}  # fmt: skip
 
 
 def check_model(value: Any, type_name: str, where: str) -> None:
