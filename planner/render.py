@@ -39,6 +39,7 @@ from planner.result import PlanResult
 from planner.vocab import (
     FLAMEWAKER_LABEL,
     MANAGED_BY,
+    PART_ANNOTATION,
     PLAN_LABEL,
     configmap_name,
     dns_name,
@@ -197,17 +198,43 @@ def render_priority_classes(
     ]
 
 
-def _configmap(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": configmap_name(spec.name),
+CONFIGMAP_BYTES = 900 * 1024  # a ConfigMap holds at most 1 MiB; leave room for its metadata
+
+
+def _configmaps(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict[str, Any]]:
+    """The flamewakers ConfigMap; past ~900 KiB of values.yaml, parts ``<plan>-flamewakers-2``, ...
+
+    A plan of a few hundred entries fits one ConfigMap. A datacenter plan (thousands of entries)
+    does not, so its entries are cut, in order, into parts that each fit; each part's values.yaml
+    is a ``flamewakers:`` list of its own and carries the annotation ``part: "i/n"``.
+    """
+    chunks: list[list[Flamewaker]] = [[]]
+    size = 0
+    for fw in flamewakers:
+        entry = len(_values_yaml([fw]))
+        if chunks[-1] and size + entry > CONFIGMAP_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(fw)
+        size += entry
+    out = []
+    for i, chunk in enumerate(chunks, start=1):
+        meta: dict[str, Any] = {
+            "name": configmap_name(spec.name, i),
             "namespace": spec.namespace,
             "labels": plan_labels(spec.name),
-        },
-        "data": {"values.yaml": _values_yaml(flamewakers)},
-    }
+        }
+        if len(chunks) > 1:
+            meta["annotations"] = {PART_ANNOTATION: f"{i}/{len(chunks)}"}
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": meta,
+                "data": {"values.yaml": _values_yaml(chunk)},
+            }
+        )
+    return out
 
 
 def _deployments(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict[str, Any]]:
@@ -258,7 +285,7 @@ class Desired:
     node_labels: dict[str, dict[str, str]] = field(hash=False)
     label_key: str
     priority_classes: list[dict[str, Any]] = field(hash=False)
-    configmap: dict[str, Any] = field(hash=False)
+    configmaps: list[dict[str, Any]] = field(hash=False)  # one, or parts of a very large plan
     deployments: list[dict[str, Any]] = field(hash=False)
 
 
@@ -271,7 +298,7 @@ def render_desired(spec: PlanSpec, result: PlanResult) -> Desired:
         node_labels=render_node_labels(spec, result),
         label_key=plan_label_key(spec.namespace, spec.name),
         priority_classes=render_priority_classes(result, kinds, gpu_units),
-        configmap=_configmap(spec, flamewakers),
+        configmaps=_configmaps(spec, flamewakers),
         deployments=_deployments(spec, flamewakers) if spec.deploy else [],
     )
 
@@ -283,4 +310,4 @@ def render_manifests(spec: PlanSpec, result: PlanResult) -> list[dict[str, Any]]
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": labels}}
         for n, labels in desired.node_labels.items()
     ]
-    return [*nodes, *desired.priority_classes, desired.configmap, *desired.deployments]
+    return [*nodes, *desired.priority_classes, *desired.configmaps, *desired.deployments]

@@ -25,6 +25,7 @@ DOMAIN = GROUP  # label and annotation keys: gpuplan.ragnaros.io/...
 GPU_TYPE_LABEL = f"{DOMAIN}/gpu-type"  # the default resource model selects nodes by this label
 PLAN_LABEL = f"{DOMAIN}/plan"  # on every namespaced object a plan writes: the plan's name
 FLAMEWAKER_LABEL = f"{DOMAIN}/flamewaker"  # on a Deployment's pods: which flamewaker entry
+PART_ANNOTATION = f"{DOMAIN}/part"  # "2/3" on the parts of a plan's flamewakers ConfigMap
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuplan"}
 PRIORITY_PREFIX = "ragnaros-cluster-critical-"
 SEED_KEY = "ragnaros_operator_config"  # the product's own JSON configuration
@@ -73,9 +74,9 @@ def plan_labels(name: str) -> dict[str, str]:
     return MANAGED_BY | {PLAN_LABEL: fit(name, 63)}
 
 
-def configmap_name(plan: str) -> str:
-    """The plan's flamewakers ConfigMap."""
-    return dns_name(plan, "flamewakers", limit=253)
+def configmap_name(plan: str, part: int = 1) -> str:
+    """The plan's flamewakers ConfigMap (``part`` 2, 3, ... only for plans too large for one)."""
+    return dns_name(plan, "flamewakers", *([str(part)] if part > 1 else []), limit=253)
 
 
 def priority_class_name(units: int) -> str:

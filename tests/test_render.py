@@ -23,6 +23,7 @@ from planner.render import (
 )
 from planner.search import plan
 from planner.vocab import plan_label_key
+from tests.helpers import node_list, plan_doc
 
 DATA = Path(__file__).parent / "data"
 GOLDEN_CASES = ("image-fence", "links")
@@ -132,3 +133,27 @@ def test_manifests_hold_deployments_with_gpu_requests_when_deploy_is_true() -> N
         pod = d["spec"]["template"]["spec"]
         assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] >= 1
         assert pod["priorityClassName"].startswith("ragnaros-cluster-critical-")
+
+
+def test_a_plan_too_large_for_one_configmap_is_cut_into_parts() -> None:
+    """2,000 flamewaker entries are ~900 KB of YAML: the parts each fit, and together hold all."""
+    requests = {f"op{i:04d}": {"P4": 8} for i in range(250)}
+    operators = [{"name": op, "keyStrategy": "service", "services": {"key": f"svc-{op}"}} for op in requests]
+    nodes = node_list([(f"n{i:04d}", "P4", 8) for i in range(250)])
+    spec = parse_plan(plan_doc(requests, operators=operators, resources=[{"name": "P4"}]))
+    result = plan(spec, snapshot(nodes))
+    assert result.feasible
+    parts = render_desired(spec, result).configmaps
+    assert len(parts) > 1
+    assert [p["metadata"]["name"] for p in parts] == ["test-flamewakers"] + [
+        f"test-flamewakers-{i}" for i in range(2, len(parts) + 1)
+    ]
+    entries = []
+    for i, part in enumerate(parts, start=1):
+        text = part["data"]["values.yaml"]
+        assert len(text.encode()) <= 900 * 1024
+        assert part["metadata"]["annotations"]["gpuplan.ragnaros.io/part"] == f"{i}/{len(parts)}"
+        entries += yaml.safe_load(text)["flamewakers"]
+    assert [e["name"] for e in entries] == [f.entry["name"] for f in render_flamewakers(spec, result)]
+    single = render_desired(*load("image-fence")).configmaps
+    assert len(single) == 1 and "annotations" not in single[0]["metadata"]

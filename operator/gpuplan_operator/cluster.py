@@ -121,27 +121,50 @@ def _by_name(items: list[JSON]) -> dict[str, JSON]:
     return {str(i["metadata"]["name"]): i for i in items}
 
 
+def list_plan_configmaps(kube: KubeApi, namespace: str, name: str) -> list[JSON]:
+    doc = kube.get(
+        path_for("v1", "configmaps", namespace=namespace), labelSelector=_selector(plan_labels(name))
+    )
+    return _items(doc, "v1", "ConfigMap")
+
+
+def _with_wanted(found: dict[str, JSON], wanted: list[dict[str, Any]], read: Any) -> dict[str, JSON]:
+    """Objects of the names the plan wants that someone else may hold without the plan's labels."""
+    for obj in wanted:
+        name = obj["metadata"]["name"]
+        if name not in found and (other := read(name)) is not None:
+            found[name] = other
+    return found
+
+
 def read_for_apply(kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[JSON]) -> Observed:
     """What the plan's apply compares against; ``nodes`` is the list the plan was made from."""
-    deployments = _by_name(list_plan_deployments(kube, plan.namespace, plan.name))
-    for dep in desired.deployments:  # a wanted name someone else may hold without our labels
-        name = dep["metadata"]["name"]
-        if name not in deployments and (found := read_deployment(kube, plan.namespace, name)) is not None:
-            deployments[name] = found
+    ns = plan.namespace
     return Observed(
         nodes=nodes,
-        deployments=deployments,
-        configmap=read_configmap(kube, plan.namespace, plan.configmap),
+        deployments=_with_wanted(
+            _by_name(list_plan_deployments(kube, ns, plan.name)),
+            desired.deployments,
+            lambda n: read_deployment(kube, ns, n),
+        ),
+        configmaps=_with_wanted(
+            _by_name(list_plan_configmaps(kube, ns, plan.name)),
+            desired.configmaps,
+            lambda n: read_configmap(kube, ns, n),
+        ),
         priority_classes=_by_name(list_priority_classes(kube)),
     )
 
 
 def read_for_cleanup(kube: KubeApi, plan: PlanBody) -> Observed:
-    """What a deleted plan may have left: its labelled nodes, Deployments, ConfigMap, classes."""
+    """What a deleted plan may have left: its labelled nodes, Deployments, ConfigMaps, classes."""
+    configmaps = _by_name(list_plan_configmaps(kube, plan.namespace, plan.name))
+    if plan.configmap not in configmaps and (first := read_configmap(kube, plan.namespace, plan.configmap)):
+        configmaps[plan.configmap] = first  # its labels may have been edited away
     return Observed(
         nodes=list_labelled_nodes(kube, plan.label_key),
         deployments=_by_name(list_plan_deployments(kube, plan.namespace, plan.name)),
-        configmap=read_configmap(kube, plan.namespace, plan.configmap),
+        configmaps=configmaps,
         priority_classes=_by_name(list_managed_priority_classes(kube)),
     )
 

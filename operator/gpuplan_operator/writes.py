@@ -68,7 +68,7 @@ class Observed:
 
     nodes: Sequence[Mapping[str, Any]]  # nodes whose plan label key is compared
     deployments: Mapping[str, Mapping[str, Any]]  # by name: the plan's, and any of a name it wants
-    configmap: Mapping[str, Any] | None
+    configmaps: Mapping[str, Mapping[str, Any]]  # by name: the plan's, and any of a name it wants
     priority_classes: Mapping[str, Mapping[str, Any]]  # by name, every PriorityClass
 
 
@@ -112,6 +112,16 @@ def _drop_deployments(plan: PlanBody, observed: Observed, wanted: Iterable[str])
     ]
 
 
+def _drop_configmaps(plan: PlanBody, observed: Observed, wanted: Iterable[str]) -> list[Write]:
+    """The plan's ConfigMaps it no longer wants (a large plan that shrank to fewer parts)."""
+    keep = set(wanted)
+    return [
+        Write(Step.CONFIGMAP, Verb.DELETE, CONFIGMAP, name, plan.namespace)
+        for name, cm in sorted(observed.configmaps.items())
+        if name not in keep and _owned_by(cm, plan.uid)
+    ]
+
+
 def apply_writes(
     plan: PlanBody, desired: Desired, observed: Observed, in_use_elsewhere: Iterable[str]
 ) -> list[Write]:
@@ -131,15 +141,15 @@ def apply_writes(
         if actual is None or not covers(actual, pc):
             writes.append(Write(Step.PRIORITY_CLASSES, Verb.APPLY, PRIORITY_CLASS, name, manifest=pc))
 
-    cm = with_owner(desired.configmap, owner)
-    other = foreign_owner(observed.configmap, plan.uid)
-    if other:
-        where = f"{plan.namespace}/{cm['metadata']['name']}"
-        raise OwnershipConflict(CONFIGMAP, f"ConfigMap {where} belongs to {other}")
-    if observed.configmap is None or not covers(observed.configmap, cm):
-        writes.append(
-            Write(Step.CONFIGMAP, Verb.APPLY, CONFIGMAP, cm["metadata"]["name"], plan.namespace, cm)
-        )
+    parts = {c["metadata"]["name"]: with_owner(c, owner) for c in desired.configmaps}
+    for name, cm in parts.items():
+        other = foreign_owner(observed.configmaps.get(name), plan.uid)
+        if other:
+            raise OwnershipConflict(CONFIGMAP, f"ConfigMap {plan.namespace}/{name} belongs to {other}")
+        actual = observed.configmaps.get(name)
+        if actual is None or not covers(actual, cm):
+            writes.append(Write(Step.CONFIGMAP, Verb.APPLY, CONFIGMAP, name, plan.namespace, cm))
+    writes += _drop_configmaps(plan, observed, parts)
 
     for name, dep in wanted.items():
         actual = observed.deployments.get(name)
@@ -156,10 +166,7 @@ def apply_writes(
 
 def cleanup_writes(plan: PlanBody, observed: Observed, in_use_elsewhere: Iterable[str]) -> list[Write]:
     """Everything the plan wrote, gone: Deployments, the ConfigMap, labels, unused classes."""
-    writes = _drop_deployments(plan, observed, ())
-    if observed.configmap is not None and _owned_by(observed.configmap, plan.uid):
-        name = observed.configmap["metadata"]["name"]
-        writes.append(Write(Step.CONFIGMAP, Verb.DELETE, CONFIGMAP, name, plan.namespace))
+    writes = _drop_deployments(plan, observed, ()) + _drop_configmaps(plan, observed, ())
     labelled = [
         str(n["metadata"]["name"])
         for n in observed.nodes

@@ -39,20 +39,23 @@ def landed(body: PlanBody, desired: Desired, nodes: list[dict[str, Any]]) -> Obs
         name = n["metadata"]["name"]
         if name in desired.node_labels:
             n["metadata"]["labels"].update(desired.node_labels[name])
-    cm = dict(desired.configmap, metadata=dict(desired.configmap["metadata"], ownerReferences=[owner]))
+    cms = {
+        c["metadata"]["name"]: dict(c, metadata=dict(c["metadata"], ownerReferences=[owner]))
+        for c in desired.configmaps
+    }
     deps = {
         d["metadata"]["name"]: dict(d, metadata=dict(d["metadata"], ownerReferences=[owner]))
         for d in desired.deployments
     }
     pcs = {pc["metadata"]["name"]: pc for pc in desired.priority_classes}
-    return Observed(nodes=nodes, deployments=deps, configmap=cm, priority_classes=pcs)
+    return Observed(nodes=nodes, deployments=deps, configmaps=cms, priority_classes=pcs)
 
 
 def test_a_fresh_apply_writes_in_step_order_and_a_rerun_writes_nothing() -> None:
     nodes = [node(f"p4-{i}") for i in range(4)]
     body = PlanBody.from_object(plan(requests={"face_feature_extract": {"P4": 4}}, deploy=True))
     desired = desired_for({"face_feature_extract": {"P4": 4}}, nodes)
-    empty = Observed(nodes=nodes, deployments={}, configmap=None, priority_classes={})
+    empty = Observed(nodes=nodes, deployments={}, configmaps={}, priority_classes={})
     writes = apply_writes(body, desired, empty, in_use_elsewhere=())
     assert [w.step for w in writes] == sorted(w.step for w in writes)
     assert {w.step for w in writes} == {
@@ -90,7 +93,7 @@ def test_an_object_of_another_owner_is_a_conflict_naming_it() -> None:
             "ownerReferences": [{"uid": "x", "kind": "Thing", "name": "t", "controller": True}],
         }
     }
-    observed = Observed(nodes=nodes, deployments={name: theirs}, configmap=None, priority_classes={})
+    observed = Observed(nodes=nodes, deployments={name: theirs}, configmaps={}, priority_classes={})
     with pytest.raises(OwnershipConflict, match="belongs to Thing/t") as caught:
         apply_writes(body, desired, observed, in_use_elsewhere=())
     assert caught.value.kind == "Deployment"
@@ -117,7 +120,7 @@ def test_cleanup_removes_only_what_the_plan_owns_and_keeps_classes_in_use() -> N
     observed = Observed(
         nodes=[labelled, node("n2")],
         deployments={"d": mine, "e": other},
-        configmap=None,
+        configmaps={},
         priority_classes={"ragnaros-cluster-critical-4": managed, "ragnaros-cluster-critical-8": used},
     )
     writes = cleanup_writes(body, observed, in_use_elsewhere={"ragnaros-cluster-critical-8"})
@@ -132,3 +135,17 @@ def test_changes_describe_long_lists_briefly() -> None:
     writes = [Write(Step.LABEL_NODES, Verb.LABEL, "Node", f"n{i:02d}", labels={KEY: "x"}) for i in range(25)]
     text = Changes.of(writes).describe()
     assert text.startswith("labelled nodes: n00, n01") and text.endswith("and 15 more")
+
+
+def test_configmap_parts_a_plan_no_longer_needs_are_deleted() -> None:
+    body = PlanBody.from_object(plan())
+    owner = body.owner_reference()
+    desired = desired_for({"face_1vn": {"P4": 8}}, [node("p4-0")])
+    stale = {"metadata": {"name": "p-flamewakers-2", "ownerReferences": [owner]}}
+    theirs = {"metadata": {"name": "p-flamewakers-3", "ownerReferences": [{"uid": "x"}]}}
+    observed = Observed(
+        nodes=[node("p4-0")], deployments={}, configmaps={"p-flamewakers-2": stale, "p-flamewakers-3": theirs},
+        priority_classes={},
+    )  # fmt: skip
+    deletes = [w for w in apply_writes(body, desired, observed, ()) if w.verb is Verb.DELETE]
+    assert [(w.kind, w.name) for w in deletes] == [("ConfigMap", "p-flamewakers-2")]
