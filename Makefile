@@ -29,12 +29,13 @@ e2e: ## end-to-end tests against a real local control plane (starts it; clears t
 	bash hack/demo.sh --clean
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e
 
-lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift
+lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift, doc references
 	$(BIN)/ruff check planner gpuplan operator loadtest tests bench e2e
 	$(BIN)/ruff format --check planner gpuplan operator loadtest tests bench e2e
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	bash hack/check-crd-drift.sh
+	bash hack/check-doc-references.sh
 
 bench: bench-planner bench-operator bench-loadtest ## every benchmark: planner scale, operator end to end, load tester vs vegeta
 

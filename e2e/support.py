@@ -395,6 +395,26 @@ def to_json(obj: Any) -> str:
 # --- plans -----------------------------------------------------------------------------------
 
 
+def with_crd_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec as the API server stores it: the CRD's ``default:`` values filled in where absent."""
+    crd = yaml.safe_load((REPO / "crds" / "gpuallocationplans.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+    def fill(value: Any, node: Mapping[str, Any]) -> Any:
+        if isinstance(value, Mapping):
+            out = {k: fill(v, node.get("properties", {}).get(k, {})) for k, v in value.items()}
+            for key, sub in (node.get("properties") or {}).items():
+                if key not in out and "default" in sub:
+                    out[key] = sub["default"]
+            return out
+        if isinstance(value, list):
+            return [fill(v, node.get("items", {})) for v in value]
+        return value
+
+    result: dict[str, Any] = fill(spec, schema)
+    return result
+
+
 def plan_manifest(ns: str, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": PLAN_API,

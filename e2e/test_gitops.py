@@ -35,6 +35,7 @@ from e2e.support import (
     settled_reconciles,
     stays,
     wait_for,
+    with_crd_defaults,
     with_metrics,
 )
 
@@ -162,7 +163,7 @@ def test_reapplies_and_replans_cause_no_write_churn(
     assert owned(api, ns) == expected, "an owned object was written by a no-op reconcile"
     plan = api.plan(ns, NAME)
     assert plan is not None
-    assert plan["spec"] == applied_spec == spec
+    assert plan["spec"] == applied_spec == with_crd_defaults(spec)
     assert plan["metadata"]["generation"] == 1, "the spec was never changed"
     assert managers(plan, "spec") == {(ARGOCD, "Apply")}, plan["metadata"]["managedFields"]
     assert {m for m, _ in managers(plan, "status")} == {OPERATOR}, plan["metadata"]["managedFields"]

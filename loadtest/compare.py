@@ -1,6 +1,6 @@
-"""Compare the seeds' three allocations of a plan, from measured per-instance capacities.
+"""Compare three allocations of a plan, from measured per-instance capacities.
 
-The seeds validated the planner with a controlled experiment: every service as "1 card × n
+The planner was validated with a controlled experiment: every service as "1 card × n
 instances", every service as "n cards × 1 instance", and the planner's own split. This module
 estimates the same three side by side from a plan (``gpuplan plan -o json``) and a capacities file,
 so the comparison can be redone whenever the measurements change.

@@ -17,7 +17,7 @@ delete (already gone): the service turns errors into ``phase: Error`` and kopf r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +32,10 @@ from planner.vocab import (
     FIELD_MANAGER,
     KIND,
     MANAGED_BY,
+    PART_ANNOTATION,
     PLURAL,
     PRIORITY_CLASS,
+    configmap_name,
     plan_labels,
 )
 
@@ -121,11 +123,24 @@ def _by_name(items: list[JSON]) -> dict[str, JSON]:
     return {str(i["metadata"]["name"]): i for i in items}
 
 
-def list_plan_configmaps(kube: KubeApi, namespace: str, name: str) -> list[JSON]:
-    doc = kube.get(
-        path_for("v1", "configmaps", namespace=namespace), labelSelector=_selector(plan_labels(name))
-    )
-    return _items(doc, "v1", "ConfigMap")
+def read_plan_configmaps(
+    kube: KubeApi, namespace: str, name: str, wanted: Iterable[str] = ()
+) -> dict[str, JSON]:
+    """The plan's flamewakers ConfigMaps, by name, read one by one (listing ConfigMaps would need
+    the right to read every ConfigMap of the namespace): the first part, the other parts its
+    ``part`` annotation counts, and any other ``wanted`` name."""
+    found: dict[str, JSON] = {}
+    names = [configmap_name(name)]
+    first = read_configmap(kube, namespace, names[0])
+    if first is not None:
+        found[names[0]] = first
+        part = ((first.get("metadata") or {}).get("annotations") or {}).get(PART_ANNOTATION, "1/1")
+        count = int(part.split("/")[-1]) if part.split("/")[-1].isdigit() else 1
+        names += [configmap_name(name, i) for i in range(2, count + 1)]
+    for other in [*names[1:], *wanted]:
+        if other not in found and (obj := read_configmap(kube, namespace, other)) is not None:
+            found[other] = obj
+    return found
 
 
 def _with_wanted(found: dict[str, JSON], wanted: list[dict[str, Any]], read: Any) -> dict[str, JSON]:
@@ -147,10 +162,8 @@ def read_for_apply(kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[
             desired.deployments,
             lambda n: read_deployment(kube, ns, n),
         ),
-        configmaps=_with_wanted(
-            _by_name(list_plan_configmaps(kube, ns, plan.name)),
-            desired.configmaps,
-            lambda n: read_configmap(kube, ns, n),
+        configmaps=read_plan_configmaps(
+            kube, ns, plan.name, [c["metadata"]["name"] for c in desired.configmaps]
         ),
         priority_classes=_by_name(list_priority_classes(kube)),
     )
@@ -158,13 +171,10 @@ def read_for_apply(kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[
 
 def read_for_cleanup(kube: KubeApi, plan: PlanBody) -> Observed:
     """What a deleted plan may have left: its labelled nodes, Deployments, ConfigMaps, classes."""
-    configmaps = _by_name(list_plan_configmaps(kube, plan.namespace, plan.name))
-    if plan.configmap not in configmaps and (first := read_configmap(kube, plan.namespace, plan.configmap)):
-        configmaps[plan.configmap] = first  # its labels may have been edited away
     return Observed(
         nodes=list_labelled_nodes(kube, plan.label_key),
         deployments=_by_name(list_plan_deployments(kube, plan.namespace, plan.name)),
-        configmaps=configmaps,
+        configmaps=read_plan_configmaps(kube, plan.namespace, plan.name),
         priority_classes=_by_name(list_managed_priority_classes(kube)),
     )
 

@@ -124,7 +124,7 @@ def _conditions(*conds: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def plan_fields(result: PlanResult) -> dict[str, Any]:
-    """score, optimal, cards and allocations of a feasible result (contract section 4 shapes)."""
+    """score, optimal, cards and allocations of a feasible result (as ``gpuplan plan -o json``)."""
     doc = result.to_json()
     placed, requested = result.cards_placed, result.cards_requested
     return {

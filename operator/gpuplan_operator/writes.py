@@ -36,7 +36,7 @@ from planner.vocab import CONFIGMAP, DEPLOYMENT, MANAGED_BY, NODE, PRIORITY_CLAS
 class Step(IntEnum):
     """When a write happens; lower first. Writes of one step are independent."""
 
-    DROP_DEPLOYMENTS = 1
+    DROP = 1  # Deployments and ConfigMap parts the plan no longer wants
     LABEL_NODES = 2
     PRIORITY_CLASSES = 3
     CONFIGMAP = 4
@@ -106,7 +106,7 @@ def _unlabel(plan: PlanBody, nodes: Iterable[str]) -> list[Write]:
 def _drop_deployments(plan: PlanBody, observed: Observed, wanted: Iterable[str]) -> list[Write]:
     keep = set(wanted)
     return [
-        Write(Step.DROP_DEPLOYMENTS, Verb.DELETE, DEPLOYMENT, name, plan.namespace)
+        Write(Step.DROP, Verb.DELETE, DEPLOYMENT, name, plan.namespace)
         for name, dep in sorted(observed.deployments.items())
         if name not in keep and _owned_by(dep, plan.uid)
     ]
@@ -116,7 +116,7 @@ def _drop_configmaps(plan: PlanBody, observed: Observed, wanted: Iterable[str]) 
     """The plan's ConfigMaps it no longer wants (a large plan that shrank to fewer parts)."""
     keep = set(wanted)
     return [
-        Write(Step.CONFIGMAP, Verb.DELETE, CONFIGMAP, name, plan.namespace)
+        Write(Step.DROP, Verb.DELETE, CONFIGMAP, name, plan.namespace)
         for name, cm in sorted(observed.configmaps.items())
         if name not in keep and _owned_by(cm, plan.uid)
     ]
@@ -128,7 +128,8 @@ def apply_writes(
     """Everything that must change for the cluster to hold ``desired``, in step order."""
     owner = plan.owner_reference()
     wanted = {d["metadata"]["name"]: with_owner(d, owner) for d in desired.deployments}
-    writes = _drop_deployments(plan, observed, wanted)
+    parts = {c["metadata"]["name"]: with_owner(c, owner) for c in desired.configmaps}
+    writes = _drop_deployments(plan, observed, wanted) + _drop_configmaps(plan, observed, parts)
 
     labels = node_label_changes(list(observed.nodes), desired.node_labels, desired.label_key)
     writes += [
@@ -141,7 +142,6 @@ def apply_writes(
         if actual is None or not covers(actual, pc):
             writes.append(Write(Step.PRIORITY_CLASSES, Verb.APPLY, PRIORITY_CLASS, name, manifest=pc))
 
-    parts = {c["metadata"]["name"]: with_owner(c, owner) for c in desired.configmaps}
     for name, cm in parts.items():
         other = foreign_owner(observed.configmaps.get(name), plan.uid)
         if other:
@@ -149,7 +149,6 @@ def apply_writes(
         actual = observed.configmaps.get(name)
         if actual is None or not covers(actual, cm):
             writes.append(Write(Step.CONFIGMAP, Verb.APPLY, CONFIGMAP, name, plan.namespace, cm))
-    writes += _drop_configmaps(plan, observed, parts)
 
     for name, dep in wanted.items():
         actual = observed.deployments.get(name)

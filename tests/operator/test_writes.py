@@ -76,10 +76,10 @@ def test_a_smaller_plan_drops_deployments_first_and_labels_last() -> None:
     after = desired_for({"face_feature_extract": {"P4": 2}}, nodes)
     writes = apply_writes(body, after, before, in_use_elsewhere=())
     steps = [w.step for w in writes]
-    assert steps[0] is Step.DROP_DEPLOYMENTS and Step.UNLABEL_NODES in steps
+    assert steps[0] is Step.DROP and Step.UNLABEL_NODES in steps
     unlabel = [w for w in writes if w.step is Step.UNLABEL_NODES]
     assert all(w.verb is Verb.LABEL and w.labels == {KEY: None} for w in unlabel)
-    assert steps.index(Step.UNLABEL_NODES) > steps.index(Step.DROP_DEPLOYMENTS)
+    assert steps.index(Step.UNLABEL_NODES) > steps.index(Step.DROP)
 
 
 def test_an_object_of_another_owner_is_a_conflict_naming_it() -> None:
@@ -125,7 +125,7 @@ def test_cleanup_removes_only_what_the_plan_owns_and_keeps_classes_in_use() -> N
     )
     writes = cleanup_writes(body, observed, in_use_elsewhere={"ragnaros-cluster-critical-8"})
     assert [(w.step, w.verb, w.kind, w.name) for w in writes] == [
-        (Step.DROP_DEPLOYMENTS, Verb.DELETE, "Deployment", "d"),
+        (Step.DROP, Verb.DELETE, "Deployment", "d"),
         (Step.UNLABEL_NODES, Verb.LABEL, "Node", "n1"),
         (Step.PRUNE_PRIORITY_CLASSES, Verb.DELETE, "PriorityClass", "ragnaros-cluster-critical-4"),
     ]
