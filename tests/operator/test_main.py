@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from gpuplan_operator.__main__ import (
@@ -67,3 +72,47 @@ def test_metrics_port_flag_wins_over_env(flag: int | None, env: dict[str, str], 
 def test_a_bad_metrics_port_is_refused(env: str) -> None:
     with pytest.raises(ValueError, match="port"):
         metrics_port(None, {METRICS_PORT_ENV: env})
+
+
+def _unreachable_kubeconfig(path: Path) -> Path:
+    """A kubeconfig whose API server refuses connections: the operator logs its retries."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fmt", "is_json"),
+    [pytest.param("json", True, id="json writes one JSON object a line"),
+     pytest.param("text", False, id="text is kopf's plain format")],
+)  # fmt: skip
+def test_log_format_of_the_running_operator(tmp_path: Path, fmt: str, is_json: bool) -> None:
+    """The real process, briefly: every line it logs has the chosen format."""
+    env = dict(os.environ, KUBECONFIG=str(_unreachable_kubeconfig(tmp_path / "kubeconfig")))
+    env.pop("GPUPLAN_METRICS_PORT", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    cmd = [sys.executable, "-m", "gpuplan_operator", "--liveness", "none", "--log-format", fmt]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        out, _ = proc.communicate(timeout=3)
+    except subprocess.TimeoutExpired:  # the usual case: it retries the API server forever
+        proc.kill()
+        out, _ = proc.communicate(timeout=20)
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert any("127.0.0.1:1" in line for line in lines), out  # it got as far as calling the API
+    for line in lines:
+        if is_json:
+            record = json.loads(line)
+            assert {"message", "severity", "timestamp"} <= record.keys(), line
+        else:
+            assert line.startswith("[") and not line.startswith("{"), line
+
+
+def test_an_unknown_log_format_is_refused_naming_the_flag() -> None:
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(["--log-format", "xml"])
+    assert exited.value.code == 2
