@@ -7,7 +7,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test unit e2e lint bench helm cluster-up cluster-down demo clean
+.PHONY: help install test unit e2e lint bench helm image cluster-up cluster-down demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -41,6 +41,9 @@ bench: ## planner vs the seed's brute force, and the large 3×120-node case
 
 helm: ## build (once) and print the helm binary used by the chart tests
 	@bash hack/install-helm.sh
+
+image: install ## build the operator image with podman, offline from wheels (hack/build-image.sh)
+	bash hack/build-image.sh
 
 cluster-up: ## start the local kube-apiserver/scheduler/controller-manager + kwok nodes
 	bash hack/cluster-up.sh
