@@ -49,7 +49,8 @@ from e2e.support import (
 )
 from tests.chart.helm import CHART, find_helm, one, render
 
-# what the chart creates besides the Deployment and the metrics Service
+# what the chart creates besides the Deployment, the metrics Service and the budget; the node
+# label policy too, so the operator's own node patches are proven to pass it
 INSTALLED = (
     "ServiceAccount",
     "ClusterRole",
@@ -57,6 +58,8 @@ INSTALLED = (
     "Role",
     "RoleBinding",
     "ClusterKopfPeering",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 )
 MODES: dict[str, dict[str, Any]] = {
     "cluster-wide": {},
