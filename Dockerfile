@@ -1,7 +1,7 @@
-# The gpuplan operator image. Build it with `make image` (podman, or docker if that is what you
-# have): it puts gpuplan's wheel and the wheels of its dependencies into dist/wheels/ first, and
-# the build installs from there only, without a package index or network. By hand:
-#   pip wheel --wheel-dir dist/wheels '.[operator]'
+# The gpuplan operator image. Build it with `make image` (podman): it puts the wheels of gpuplan's
+# dependencies into dist/wheels/deps/ and gpuplan's own wheel into dist/wheels/ first, and the
+# build installs from there only, without a package index or network. By hand, with docker:
+#   pip wheel --wheel-dir dist/wheels/deps '.[operator]' && mv dist/wheels/deps/gpuplan-*.whl dist/wheels/
 #   docker build -t gpuplan-operator:0.1.0 .
 # Runs `python -m gpuplan_operator` as UID 10001 with a read-only root filesystem in mind (the
 # chart mounts an emptyDir at /tmp). Deploy it with charts/gpuplan-operator.
@@ -10,14 +10,21 @@
 # from Debian packages (mmdebstrap + python3), so no registry is needed.
 ARG PYTHON_IMAGE=python:3.11-slim
 
-# --- builder: a virtual environment with gpuplan[operator], from the wheels only ----------------
-FROM ${PYTHON_IMAGE} AS builder
+# --- deps: a virtual environment with gpuplan's dependencies, from their wheels only ----------
+# A stage of its own so that it stays cached while only gpuplan changes.
+FROM ${PYTHON_IMAGE} AS deps
 # (bytecode is compiled here, at install: the final root filesystem is read-only)
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY dist/wheels/ /wheels/
+COPY dist/wheels/deps/ /wheels/deps/
 RUN python3 -m venv /opt/gpuplan \
-    && /opt/gpuplan/bin/python -m pip install --no-index --find-links=/wheels "gpuplan[operator]" \
+    && /opt/gpuplan/bin/python -m pip install --no-index /wheels/deps/*.whl
+
+# --- builder: gpuplan itself ----------------------------------------------------------------------
+FROM deps AS builder
+COPY dist/wheels/*.whl /wheels/
+RUN /opt/gpuplan/bin/python -m pip install --no-index --find-links=/wheels/deps --find-links=/wheels \
+       "gpuplan[operator]" \
     && /opt/gpuplan/bin/python -m pip uninstall --yes pip \
     && /opt/gpuplan/bin/python -c "import gpuplan_operator.handlers, planner.cli"
 

@@ -5,7 +5,7 @@
 #      imported with `podman import` (cached: built once per recipe);
 #   2. the wheels of gpuplan's operator dependencies, downloaded on this host with pip (manylinux,
 #      CPython 3.11 = bookworm's python3; pinned to the versions installed in .venv, so the image
-#      runs what the tests ran), plus gpuplan's own wheel, into dist/wheels/;
+#      runs what the tests ran), into dist/wheels/deps/, and gpuplan's own wheel into dist/wheels/;
 #   3. `podman build --network=none`: the Dockerfile installs those wheels offline.
 #
 # Prints the image name on stdout (everything else goes to stderr).
@@ -93,23 +93,37 @@ else
   touch "${WHEEL_CACHE}/.complete"
 fi
 
-# gpuplan's own wheel (pure Python), built fresh from this tree.
+# Drop wheel sets nobody used for two weeks (a new .venv makes a new set).
+touch "${WHEEL_CACHE}"
+find "${GPUPLAN_CACHE}/wheels" -mindepth 1 -maxdepth 1 -name 'cp311-*' -mtime +14 -exec rm -rf {} +
+
+# gpuplan's own wheel (pure Python), built fresh from this tree; the dependencies beside it in
+# deps/, hard links to the cache (the Dockerfile installs them in a layer of their own).
 rm -rf dist/wheels
-mkdir -p dist/wheels
+mkdir -p dist/wheels/deps
 # (setuptools' warnings are noise here: the log is shown only when the build fails)
 if ! "${PY}" -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir dist/wheels . \
   >dist/wheels.log 2>&1; then
   cat dist/wheels.log >&2
   die "pip wheel failed"
 fi
-cp -l "${WHEEL_CACHE}"/*.whl dist/wheels/ 2>/dev/null || cp "${WHEEL_CACHE}"/*.whl dist/wheels/
+cp -l "${WHEEL_CACHE}"/*.whl dist/wheels/deps/ 2>/dev/null || cp "${WHEEL_CACHE}"/*.whl dist/wheels/deps/
 
 # --- 3. the image -----------------------------------------------------------------------------
 log "podman build ${IMAGE} (FROM ${BASE_IMAGE}, no network inside the build)"
 started=${SECONDS}
-podman build --quiet --pull=never --network=none --build-arg "PYTHON_IMAGE=${BASE_IMAGE}" \
+previous="$(podman image inspect --format '{{.Id}}' "${IMAGE}" 2>/dev/null || true)"
+podman build --quiet --layers --pull=never --network=none --build-arg "PYTHON_IMAGE=${BASE_IMAGE}" \
   --tag "${IMAGE}" --file Dockerfile . >/dev/null
-# the image this replaced is dangling now: keep the storage from growing run after run
+# Keep the storage from growing run after run, but keep the build cache that matters: the deps
+# stage (a cache hit, tagged so that pruning keeps it); the image this one replaced and the other
+# untagged layers go.
+podman build --quiet --layers --pull=never --network=none --build-arg "PYTHON_IMAGE=${BASE_IMAGE}" \
+  --target deps --tag "${IMAGE%:*}-deps:cache" --file Dockerfile . >/dev/null
+current="$(podman image inspect --format '{{.Id}}' "${IMAGE}")"
+if [[ -n "${previous}" && "${previous}" != "${current}" ]]; then
+  podman rmi "${previous}" >/dev/null 2>&1 || true
+fi
 podman image prune --force >/dev/null
 log "built ${IMAGE} in $((SECONDS - started))s ($(podman image inspect --format '{{.Size}}' "${IMAGE}" | numfmt --to=iec) bytes)"
 echo "${IMAGE}"
