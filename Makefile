@@ -48,12 +48,12 @@ image: install ## build the operator image with podman, offline from wheels (hac
 cluster-up: ## start the local kube-apiserver/scheduler/controller-manager + kwok nodes
 	bash hack/cluster-up.sh
 
-cluster-down: ## stop the demo operator (if running) and the local cluster
+cluster-down: ## stop the demo operator (if running) and the local cluster (CLUSTER=kind: the kind one)
 	-@[ -f .cluster/operator.pid ] && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid
-	bash hack/cluster-down.sh
+	$(if $(filter kind,$(CLUSTER)),bash hack/kind/down.sh,bash hack/cluster-down.sh)
 
-demo: install ## local cluster + CRD + operator + the sample plan; shows where every pod landed
-	bash hack/demo.sh
+demo: install ## local cluster + CRD + operator + the sample plan (CLUSTER=kind: on kind, needs Docker)
+	CLUSTER=$(or $(CLUSTER),local) bash hack/demo.sh
 
 clean: ## remove build and cache files
 	rm -rf build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
