@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import queue
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -96,14 +100,27 @@ def test_log_format_of_the_running_operator(tmp_path: Path, fmt: str, is_json: b
     env.pop("GPUPLAN_METRICS_PORT", None)
     env["PYTHONUNBUFFERED"] = "1"
     cmd = [sys.executable, "-m", "gpuplan_operator", "--liveness", "none", "--log-format", fmt]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        out, _ = proc.communicate(timeout=3)
-    except subprocess.TimeoutExpired:  # the usual case: it retries the API server forever
-        proc.kill()
-        out, _ = proc.communicate(timeout=20)
-    lines = [line for line in out.splitlines() if line.strip()]
-    assert any("127.0.0.1:1" in line for line in lines), out  # it got as far as calling the API
+    out: queue.Queue[str] = queue.Queue()
+    seen: list[str] = []
+    deadline = time.monotonic() + 60  # a loaded machine starts it slowly
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+
+        def read() -> None:
+            for line in proc.stdout or ():
+                out.put(line)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            # until it has got as far as calling the API (it then retries forever)
+            while not any("127.0.0.1:1" in line for line in seen) and time.monotonic() < deadline:
+                with contextlib.suppress(queue.Empty):
+                    seen.append(out.get(timeout=1))
+        finally:
+            proc.kill()
+            reader.join(20)  # it ends at the pipe's end, before the pipe is closed
+    lines = [line for line in seen if line.strip()]
+    assert any("127.0.0.1:1" in line for line in lines), "".join(seen)
     for line in lines:
         if is_json:
             record = json.loads(line)
