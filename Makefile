@@ -7,7 +7,8 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test unit e2e lint bench bench-planner bench-operator bench-loadtest golden helm cluster-up cluster-down demo clean
+.PHONY: help install test unit e2e lint bench bench-planner bench-operator bench-loadtest golden helm image \
+	cluster-up cluster-down demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -55,15 +56,18 @@ golden: ## rewrite tests/data/*/values.yaml from the current renderer (review th
 helm: ## build (once) and print the helm binary used by the chart tests
 	@bash hack/install-helm.sh
 
+image: install ## build the operator image with podman, offline from wheels (hack/build-image.sh)
+	bash hack/build-image.sh
+
 cluster-up: ## start the local kube-apiserver/scheduler/controller-manager + kwok nodes
 	bash hack/cluster-up.sh
 
-cluster-down: ## stop the demo operator (if running) and the local cluster
+cluster-down: ## stop the demo operator (if running) and the local cluster (CLUSTER=kind: the kind one)
 	-@[ -f .cluster/operator.pid ] && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid
-	bash hack/cluster-down.sh
+	$(if $(filter kind,$(CLUSTER)),bash hack/kind/down.sh,bash hack/cluster-down.sh)
 
-demo: install ## local cluster + CRD + operator + the sample plan; shows where every pod landed
-	bash hack/demo.sh
+demo: install ## local cluster + CRD + operator + the sample plan (CLUSTER=kind: on kind, needs Docker)
+	CLUSTER=$(or $(CLUSTER),local) bash hack/demo.sh
 
 clean: ## remove build and cache files
 	rm -rf build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from e2e.support import REPO, Api, Kubectl
-from tests.chart.helm import CHART, find_helm, render
+from tests.chart.helm import CHART, find_helm, render, run_helm
+from tests.chart.test_platform import inline_plan
 
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 
@@ -33,8 +34,10 @@ def helm() -> str:
 
 
 @pytest.fixture(scope="module")
-def chart_crds(kubectl: Kubectl, crd: None) -> None:
-    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+def chart_crds(helm: str, kubectl: Kubectl, crd: None) -> None:
+    """The chart's CRDs, applied the way charts/gpuplan-operator/README.md says to upgrade them."""
+    crds = run_helm(helm, "show", "crds", str(CHART)).stdout
+    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=crds)
     for name in (
         "gpuallocationplans.gpuplan.ragnaros.io",
         "clusterkopfpeerings.kopf.dev",
@@ -132,3 +135,22 @@ def test_the_gitops_example_plans_pass_a_server_side_dry_run(
     proc = _dry_run(kubectl, plans)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("(server dry run)") == 2, proc.stdout
+
+
+def test_helm_install_prints_notes_whose_inline_plan_the_api_server_accepts(
+    helm: str, kubectl: Kubectl, chart_crds: None, namespaces: Callable[[str], str]
+) -> None:
+    """``helm install --dry-run=server`` against the cluster prints NOTES.txt as a user sees it."""
+    release_ns = namespaces("notes")
+    proc = run_helm(
+        helm, "install", f"notes-{uuid.uuid4().hex[:6]}", str(CHART), "--namespace", release_ns,
+        "--dry-run=server", "--kubeconfig", kubectl.kubeconfig,
+    )  # fmt: skip
+    assert "NOTES:" in proc.stdout
+    text = proc.stdout.split("NOTES:", 1)[1]
+    assert "examples/" not in text and "crds/" not in text, text
+    plan = inline_plan(text)
+    plan["metadata"]["namespace"] = namespaces("plan")
+    applied = kubectl.run("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(plan), check=False)
+    assert applied.returncode == 0, applied.stderr
+    assert "(server dry run)" in applied.stdout

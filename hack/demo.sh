@@ -43,9 +43,20 @@ if [[ "${1:-}" == "--clean" ]]; then
   exit 0
 fi
 
-bash "${HACK_DIR}/cluster-up.sh"
-use_bin_dir "$(bash "${HACK_DIR}/build-binaries.sh")"
-export KUBECONFIG="${KUBECONFIG_OUT}"
+# CLUSTER=kind (`make demo CLUSTER=kind`): a kind cluster with fake GPUs instead of the local
+# control plane; everything after this is the same.
+case "${CLUSTER:-local}" in
+  local)
+    bash "${HACK_DIR}/cluster-up.sh"
+    use_bin_dir "$(bash "${HACK_DIR}/build-binaries.sh")"
+    export KUBECONFIG="${KUBECONFIG_OUT}"
+    ;;
+  kind)
+    KUBECONFIG="$(bash "${HACK_DIR}/kind/up.sh")"
+    export KUBECONFIG
+    ;;
+  *) die "CLUSTER=${CLUSTER}: expected local or kind" ;;
+esac
 
 log "installing the CRD and its admission policy"
 kubectl apply --server-side -f "${REPO_ROOT}/crds/gpuallocationplans.yaml" \
@@ -65,7 +76,14 @@ fi
 # p4-003 and t4-002): the plan has to work around them, as `gpuplan plan --pods` does offline.
 kubectl create namespace legacy --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 poll 60 "the legacy namespace's service account" kubectl get serviceaccount default -n legacy >/dev/null
-kubectl apply -f "${REPO_ROOT}/examples/pods.yaml" >/dev/null
+# On kind the nodes have other names: a worker's gpuplan.ragnaros.io/demo-node label says which
+# sample node it plays (hack/kind/cluster.yaml).
+pods="$(cat "${REPO_ROOT}/examples/pods.yaml")"
+for node in $(awk '$1 == "nodeName:" {print $2}' "${REPO_ROOT}/examples/pods.yaml" | sort -u); do
+  actual="$(kubectl get nodes -l "gpuplan.ragnaros.io/demo-node=${node}" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true)"
+  [[ -n "${actual}" ]] && pods="${pods//nodeName: ${node}/nodeName: ${actual}}"
+done
+kubectl apply -f - <<<"${pods}" >/dev/null
 log "legacy pods hold 3 cards on p4-003 and 4 on t4-002"
 
 ns="$("${PY}" -c 'import sys,yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"].get("namespace","default"))' "${PLAN}")"
@@ -96,4 +114,4 @@ kubectl get gpuplan "${name}" -n "${ns}" -o jsonpath='{.status.message}'
 echo
 echo
 echo "KUBECONFIG=${KUBECONFIG}   (try: kubectl describe gpuplan ${name} -n ${ns})"
-echo "Stop everything with: make cluster-down"
+echo "Stop everything with: make cluster-down$([[ "${CLUSTER:-local}" == kind ]] && echo " CLUSTER=kind")"

@@ -6,6 +6,9 @@ Standalone is the default because peering needs kopf's peering CRDs (``crds/kopf
 installed; with more than one replica pass ``--peering NAME`` so only one of them acts at a time.
 The operator never creates its own CRD: install ``crds/gpuallocationplans.yaml`` first.
 
+Logs: ``--log-format json`` writes one JSON object a line (kopf's formatter: message, severity,
+timestamp and the object a line is about) for log collectors; ``text`` is the default.
+
 Metrics: ``--metrics-port N`` (or ``GPUPLAN_METRICS_PORT=N``; the flag wins, 0 or empty is off,
 and off is the default) serves Prometheus metrics (:mod:`.metrics`) on ``--metrics-address``
 (default 0.0.0.0) at ``/metrics``. The Helm chart turns it on.
@@ -31,6 +34,8 @@ from gpuplan_operator.service import Options
 
 FAULT_ENV = "GPUPLAN_FAULT_EXIT_AFTER_WRITES"
 METRICS_PORT_ENV = "GPUPLAN_METRICS_PORT"
+# --log-format: kopf's formatters; JSON lines name the object in their own field, not in a prefix.
+LOG_FORMATS = {"text": (kopf.LogFormat.FULL, True), "json": (kopf.LogFormat.JSON, False)}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -63,6 +68,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resync", type=float, default=d.resync, help="re-plan failed plans this often")
     p.add_argument("--ready-poll", type=float, default=d.ready_poll, help="readiness checks while pending")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument(
+        "--log-format", choices=sorted(LOG_FORMATS), default="text",
+        help="text (default) or json: one JSON object a line, for log collectors",
+    )  # fmt: skip
     return p
 
 
@@ -139,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         port = metrics_port(args.metrics_port)
     except ValueError as e:
         p.error(str(e))
-    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.FULL, log_prefix=True)
+    log_format, log_prefix = LOG_FORMATS[args.log_format]
+    kopf.configure(verbose=args.verbose, log_format=log_format, log_prefix=log_prefix)
     logging.getLogger("gpuplan_operator").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     if not args.verbose:
         logging.getLogger("kopf.objects").addFilter(_quiet_node_events)

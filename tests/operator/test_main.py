@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 from gpuplan_operator.__main__ import (
@@ -69,3 +78,60 @@ def test_metrics_port_flag_wins_over_env(flag: int | None, env: dict[str, str], 
 def test_a_bad_metrics_port_is_refused(env: str) -> None:
     with pytest.raises(ValueError, match="port"):
         metrics_port(None, {METRICS_PORT_ENV: env})
+
+
+def _unreachable_kubeconfig(path: Path) -> Path:
+    """A kubeconfig whose API server refuses connections: the operator logs its retries."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fmt", "is_json"),
+    [pytest.param("json", True, id="json writes one JSON object a line"),
+     pytest.param("text", False, id="text is kopf's plain format")],
+)  # fmt: skip
+def test_log_format_of_the_running_operator(tmp_path: Path, fmt: str, is_json: bool) -> None:
+    """The real process, briefly: every line it logs has the chosen format."""
+    env = dict(os.environ, KUBECONFIG=str(_unreachable_kubeconfig(tmp_path / "kubeconfig")))
+    env.pop("GPUPLAN_METRICS_PORT", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    cmd = [sys.executable, "-m", "gpuplan_operator", "--liveness", "none", "--log-format", fmt]
+    out: queue.Queue[str] = queue.Queue()
+    seen: list[str] = []
+    deadline = time.monotonic() + 60  # a loaded machine starts it slowly
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+
+        def read() -> None:
+            for line in proc.stdout or ():
+                out.put(line)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            # until it has got as far as calling the API (it then retries forever)
+            while not any("127.0.0.1:1" in line for line in seen) and time.monotonic() < deadline:
+                with contextlib.suppress(queue.Empty):
+                    seen.append(out.get(timeout=1))
+        finally:
+            proc.kill()
+            reader.join(20)  # it ends at the pipe's end, before the pipe is closed
+    lines = [line for line in seen if line.strip()]
+    assert any("127.0.0.1:1" in line for line in lines), "".join(seen)
+    for line in lines:
+        if is_json:
+            record = json.loads(line)
+            assert {"message", "severity", "timestamp"} <= record.keys(), line
+        else:
+            assert line.startswith("[") and not line.startswith("{"), line
+
+
+def test_an_unknown_log_format_is_refused_naming_the_flag() -> None:
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(["--log-format", "xml"])
+    assert exited.value.code == 2

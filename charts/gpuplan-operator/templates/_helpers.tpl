@@ -97,6 +97,12 @@ The watched namespaces, validated: exact names only (RBAC Roles cannot follow a 
 {{- else if ne .Values.logLevel "info" }}
 {{- fail (printf "logLevel: %q is not one of info, debug" .Values.logLevel) }}
 {{- end }}
+{{- if eq .Values.logFormat "json" }}
+- --log-format
+- json
+{{- else if ne .Values.logFormat "text" }}
+{{- fail (printf "logFormat: %q is not one of text, json" .Values.logFormat) }}
+{{- end }}
 {{- range $key, $flag := dict "planSeconds" "--plan-seconds" "debounce" "--debounce" "maxDelay" "--max-delay" "resync" "--resync" "readyPoll" "--ready-poll" }}
 {{- $value := index $.Values.planning $key }}
 {{- if not (kindIs "invalid" $value) }}
