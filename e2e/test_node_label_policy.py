@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 from gpuplan_operator.kube import MERGE_PATCH, Kube, api_error_message, load_api_client, path_for
-from gpuplan_operator.naming import label_key_of
 from kubernetes.client.exceptions import ApiException
 
 from e2e.support import Api, Kubectl, wait_for
+from planner.vocab import plan_label_key
 from tests.chart.helm import find_helm, one, render
 
 INSTALLED = (
@@ -54,7 +54,7 @@ def helm() -> str:
 
 def _key(namespace: str, name: str) -> str:
     """The label key the operator writes for plan ``namespace/name`` (its own function)."""
-    return label_key_of(namespace, name)
+    return plan_label_key(namespace, name)
 
 
 @pytest.fixture(scope="module", params=["cluster-wide", "watched namespaces"])
@@ -91,7 +91,7 @@ def _patch(api: Api, node: str, patch: dict[str, Any], as_user: str | None, dry_
     would GET the node first, which the account may not."""
     kube = Kube(load_api_client(kubeconfig=os.environ["KUBECONFIG"]))
     if as_user:
-        kube.api.set_default_header("Impersonate-User", as_user)
+        kube.api.set_default_header("Impersonate-User", as_user)  # type: ignore[no-untyped-call]
     query = {"fieldManager": "gpuplan-operator", "dryRun": "All" if dry_run else None}
     try:
         kube.request(

@@ -230,7 +230,7 @@ def test_the_policy_binds_to_the_operators_account_and_denies(helm: str) -> None
 
 def _allowed_keys_expression(docs: list[Doc]) -> str:
     policy, _ = _policy(docs)
-    return next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "foreignLabels")
+    return str(next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "foreignLabels"))
 
 
 def test_watched_namespaces_narrow_the_keys_to_their_own_plans(helm: str) -> None:
