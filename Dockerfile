@@ -26,7 +26,7 @@ COPY dist/wheels/*.whl /wheels/
 RUN /opt/gpuplan/bin/python -m pip install --no-index --find-links=/wheels/deps --find-links=/wheels \
        "gpuplan[operator]" \
     && /opt/gpuplan/bin/python -m pip uninstall --yes pip \
-    && /opt/gpuplan/bin/python -c "import gpuplan_operator.handlers, planner.cli"
+    && /opt/gpuplan/bin/python -c "import gpuplan_operator.handlers, gpuplan.cli"
 
 # --- final: the base and the environment; no wheels, no pip --------------------------------------
 FROM ${PYTHON_IMAGE}

@@ -313,7 +313,7 @@ def test_notes_show_a_plan_inline_and_name_no_repository_file(
 def test_the_inline_plan_plans_on_the_example_nodes(helm: str, tmp_path: Path) -> None:
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(inline_plan(notes(helm, tmp_path))))
-    cmd = ["-c", "import sys; from planner.cli import main; sys.exit(main())"]
+    cmd = ["-m", "gpuplan"]
     proc = subprocess.run(
         [sys.executable, *cmd, "plan", str(path), "--nodes", str(REPO / "examples" / "nodes.yaml")],
         capture_output=True, text=True, timeout=120,

@@ -63,14 +63,16 @@ def _sdist(dist: Path) -> Path:
     return sdist
 
 
-def test_the_wheel_holds_the_three_packages_and_the_command(dist: Path) -> None:
+def test_the_wheel_holds_the_four_packages_and_the_commands(dist: Path) -> None:
     names = set(_names(_wheel(dist)))
-    for path in ("planner/cli.py", "planner/py.typed", "gpuplan_operator/__main__.py", "gpuplan_operator/py.typed",
+    for path in ("planner/search.py", "planner/py.typed", "gpuplan/cli.py", "gpuplan/py.typed",
+                 "gpuplan_operator/__main__.py", "gpuplan_operator/py.typed",
                  "loadtest/cli.py", "loadtest/py.typed"):  # fmt: skip
         assert path in names, path
     with zipfile.ZipFile(_wheel(dist)) as wheel:
         entry_points = wheel.read(f"{NAME}-{VERSION}.dist-info/entry_points.txt").decode()
-    assert "gpuplan = planner.cli:main" in entry_points
+    assert "gpuplan = gpuplan.cli:main" in entry_points
+    assert "kubectl-gpuplan = gpuplan.kubectl:main" in entry_points
     assert not [n for n in names if n.startswith(("tests/", "e2e/", "operator/", ".venv"))], names
 
 
@@ -79,7 +81,7 @@ def test_the_sdist_builds_the_same_wheel(dist: Path, tmp_path: Path) -> None:
     with tarfile.open(_sdist(dist)) as sdist:
         members = sdist.getnames()
     root = f"{NAME}-{VERSION}"
-    for path in ("pyproject.toml", "README.md", "planner/cli.py", "operator/gpuplan_operator/__main__.py"):
+    for path in ("pyproject.toml", "README.md", "gpuplan/cli.py", "operator/gpuplan_operator/__main__.py"):
         assert f"{root}/{path}" in members, path
     assert not [m for m in members if "/.venv/" in m or "/.cluster/" in m or "__pycache__" in m]
     rebuilt = tmp_path / "rebuilt"
@@ -121,7 +123,7 @@ def test_a_fresh_venv_installs_the_wheel_and_plans_the_example(dist: Path, tmp_p
     here = _run(
         sys.executable,
         "-c",
-        "import sys; from planner.cli import main; sys.exit(main())",
+        "import sys; from gpuplan.cli import main; sys.exit(main())",
         *EXAMPLE,
         cwd=tmp_path,
     )
