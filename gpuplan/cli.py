@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.documents import load
@@ -55,9 +56,12 @@ def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previou
     previous = _previous_from(load(args.previous, "previous"), args.previous) if args.previous else None
     if args.nodes is not None:
         pods = load(args.pods, "pods") if args.pods else None
-        return snapshot(load(args.nodes, "nodes"), pods), previous
-    if args.pods:
-        raise InvalidInput("pods", "--pods goes with --nodes; a live cluster's pods are read with its nodes")
+        slices = load(args.slices, "slices") if args.slices else None
+        claims = load(args.claims, "claims") if args.claims else None
+        return snapshot(load(args.nodes, "nodes"), pods, slices_doc=slices, claims_doc=claims), previous
+    for flag in ("pods", "slices", "claims"):
+        if getattr(args, flag):
+            raise InvalidInput(flag, f"--{flag} goes with --nodes; a live cluster's are read with its nodes")
     from gpuplan import live
 
     seen = live.read(args.kubeconfig, args.context, spec.namespace, spec.name)
@@ -74,9 +78,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from planner.render import render_manifests, values_yaml
     from planner.search import plan
 
-    if sum(1 for f in (args.plan, args.nodes, args.pods, args.previous) if f == "-") > 1:
+    if (
+        sum(
+            1 for f in (args.plan, args.nodes, args.pods, args.previous, args.slices, args.claims) if f == "-"
+        )
+        > 1
+    ):
         raise InvalidInput("-", "standard input can be read for one option only")
     spec = parse_plan(load(args.plan, "plan"))
+    if args.domain_attribute:
+        spec = replace(spec, topology_attribute=args.domain_attribute)
     snap, previous = _inputs(args, spec)
     result = plan(
         spec,
@@ -156,6 +167,13 @@ def parser(plugins: bool = True, prog: str = "gpuplan") -> argparse.ArgumentPars
         "--nodes", help="kubectl get nodes -o yaml|json output ('-': stdin); omit to read the cluster"
     )
     pl.add_argument("--pods", help="kubectl get pods -A -o yaml|json output: their requests hold cards")
+    pl.add_argument("--slices", help="kubectl get resourceslices -o yaml|json: GPUs one by one (DRA)")
+    pl.add_argument("--claims", help="kubectl get resourceclaims -A -o yaml|json: devices already held")
+    pl.add_argument(
+        "--domain-attribute",
+        help="the device attribute that groups GPUs (default the plan's topologyAttribute, "
+        "else resource.kubernetes.io/pcieRoot)",
+    )
     _cluster_options(pl)
     pl.add_argument("-o", "--output", choices=FORMATS, default="text", help="output format (default text)")
     pl.add_argument("--previous", help="an earlier -o json output: move as few instances as possible")

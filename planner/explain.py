@@ -18,6 +18,7 @@ from planner.codes import ConflictKind, SolveStatus
 from planner.model import PlanSpec, ResourceKind
 from planner.options import Item, Split, TypeProblem
 from planner.result import Allocation, PlanResult
+from planner.strategies import Topology
 
 
 def _num(x: Fraction | None) -> str:
@@ -102,12 +103,38 @@ def _type_section(
             f"  {item.label:<24} {item.strategy.value:<8} {a.instances}×{a.units} "
             f"(term {_num(a.term)})  on {where}"
         )
+        lines += _device_lines(problem, item, a, result.optimal)
         for s, sp in enumerate(item.splits):
             if sp.score > _term(a):
                 why = _why_not(problem, item, s, total, deadline)
                 lines.append(f"      not {sp.text} (term {_num(sp.score)}): {why}")
         for k, g, why in item.rejected:
             lines.append(f"      not {k}×{g}: not admissible, {why}")
+    return lines
+
+
+def _device_lines(problem: TypeProblem, item: Item, a: Allocation, proven: bool) -> list[str]:
+    """Which GPUs each instance holds, in which domain, and why one had to straddle domains."""
+    if not a.devices:
+        return []
+    domain = {(n, dev): d.name for n, doms in problem.domains.items() for d in doms for dev in d.free}
+    widest = max((len(d.free) for doms in problem.domains.values() for d in doms), default=0)
+    lines = []
+    for node, lists in a.devices:
+        for devs in lists:
+            names = sorted({domain.get((node, dev), "?") for dev in devs})
+            where = f"{node}: {', '.join(devs)} ({' + '.join(n or 'one domain' for n in names)})"
+            if len(names) < 2:
+                lines.append(f"      devices {where}")
+                continue
+            if item.topology is Topology.NONE:
+                why = "topology: none"
+            elif widest < a.units:
+                why = f"no domain of any node has {a.units} free GPUs (the most is {widest})"
+            else:
+                why = "inside one domain the plan would score less, or straddle more instances"
+                why += " (proven)" if proven else " (best found in time)"
+            lines.append(f"      devices {where}: straddles domains: {why}")
     return lines
 
 

@@ -16,7 +16,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from planner.strategies import DEFAULT_SCORING, Strategy
+from planner.devices import STANDARD_DOMAIN, Device
+from planner.strategies import DEFAULT_SCORING, Strategy, Topology
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class OperatorSpec:
     flamewaker: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     patches: tuple[Mapping[str, Any], ...] = field(default=(), compare=False, hash=False)
     source: str = field(default="catalog", compare=False)  # where the user wrote it: operators[2]
+    topology: Topology = Topology.PREFERRED
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,7 @@ class PlanSpec:
     dry_run: bool = False
     tolerations: tuple[Toleration, ...] = ()
     image: str = "ragnaros/flamewaker:latest"
+    topology_attribute: str = STANDARD_DOMAIN  # the device attribute whose value is a GPU's domain
 
     @cached_property
     def _by_name(self) -> tuple[dict[str, ResourceType], dict[str, OperatorSpec]]:
@@ -159,6 +162,7 @@ class Node:
     used: tuple[tuple[str, int], ...] = ()
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
+    devices: tuple[Device, ...] = ()  # its GPUs one by one, when a driver publishes them (DRA)
 
     @cached_property
     def label_map(self) -> dict[str, str]:

@@ -12,12 +12,14 @@ and the score is a sum of per-request terms, so the whole problem splits into on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
 
+from planner.devices import Domain, domains_of
 from planner.model import PlanSpec, Request, ResourceKind, ResourceType, Snapshot
-from planner.strategies import SCORINGS, STRATEGIES, Strategy, StrategyRule
+from planner.strategies import SCORINGS, STRATEGIES, Strategy, StrategyRule, Topology
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Item:
     strategy: Strategy
     splits: tuple[Split, ...]
     rejected: tuple[tuple[int, int, str], ...]  # (instances, units, why not admissible)
+    topology: Topology = Topology.PREFERRED
 
     @property
     def rule(self) -> StrategyRule:
@@ -65,6 +68,12 @@ class TypeProblem:
     nodes: tuple[tuple[str, int], ...]  # usable nodes of the type: (name, free units)
     items: tuple[Item, ...]
     any_node: bool = False  # no node carries the type's labels: every schedulable node is used
+    # nodes whose GPUs are known one by one (ResourceSlices): their domains, for topology
+    domains: Mapping[str, tuple[Domain, ...]] = field(default_factory=dict, compare=False)
+
+    @property
+    def topology_aware(self) -> bool:
+        return bool(self.domains)
 
     @property
     def note(self) -> str | None:
@@ -111,9 +120,17 @@ def _splits(
     return tuple(splits), tuple(rejected)
 
 
-def build_item(index: int, request: Request, strategy: Strategy, n: int, largest: int, scoring: str) -> Item:
+def build_item(
+    index: int,
+    request: Request,
+    strategy: Strategy,
+    n: int,
+    largest: int,
+    scoring: str,
+    topology: Topology = Topology.PREFERRED,
+) -> Item:
     splits, rejected = _splits(strategy, request.cards, request.machines, n, largest, scoring)
-    return Item(index, request, strategy, splits, rejected)
+    return Item(index, request, strategy, splits, rejected, topology)
 
 
 def build_problems(spec: PlanSpec, snap: Snapshot) -> list[TypeProblem]:
@@ -125,11 +142,27 @@ def build_problems(spec: PlanSpec, snap: Snapshot) -> list[TypeProblem]:
             continue
         any_node = resource.any_node_when_unlabelled and not snap.labelled(resource)
         usable = snap.usable(None if any_node else resource, spec.tolerations)
-        nodes = tuple((node.name, node.free(resource.resource_name)) for node in usable)
+        gpus = resource.kind is ResourceKind.GPU
+        domains = {
+            n.name: domains_of(n.devices, spec.topology_attribute) for n in usable if gpus and n.devices
+        }
+        # a node whose GPUs are known one by one has as many free cards as free devices
+        nodes = tuple(
+            (
+                n.name,
+                sum(len(d.free) for d in domains[n.name])
+                if n.name in domains
+                else n.free(resource.resource_name),
+            )
+            for n in usable
+        )
         largest = max((f for _, f in nodes), default=0)
         items = tuple(
-            build_item(i, r, effective_strategy(spec, r), len(nodes), largest, spec.scoring)
+            build_item(
+                i, r, effective_strategy(spec, r), len(nodes), largest, spec.scoring,
+                spec.operator(r.operator).topology if gpus else Topology.NONE,
+            )
             for i, r in enumerate(requests)
-        )
-        out.append(TypeProblem(resource, nodes, items, any_node))
+        )  # fmt: skip
+        out.append(TypeProblem(resource, nodes, items, any_node, domains))
     return out

@@ -25,3 +25,7 @@ class Outcome:
     branches: int = 0
     notes: list[str] = field(default_factory=list)
     moved: int | None = None  # instances not where a previous plan had them (with --previous)
+    # with devices known one by one: per item, node -> device names per instance, and how many
+    # of its instances straddle domains
+    devices: list[dict[str, list[list[str]]]] | None = None
+    straddling: list[int] | None = None

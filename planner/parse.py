@@ -11,11 +11,12 @@ the API server already; these checks are for the CLI and for rules a schema cann
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from planner.catalog import BUILTIN_OPERATORS, default_resources
+from planner.devices import STANDARD_DOMAIN, parse_claims, parse_slices
 from planner.errors import InvalidInput
 from planner.model import (
     LinkStrategy,
@@ -29,7 +30,7 @@ from planner.model import (
     Taint,
     Toleration,
 )
-from planner.strategies import DEFAULT_SCORING, KEY_STRATEGIES, SCORINGS, Strategy, one_of
+from planner.strategies import DEFAULT_SCORING, KEY_STRATEGIES, SCORINGS, Strategy, Topology, one_of
 from planner.vocab import API_VERSION, KIND, SEED_KEY
 
 _LINK_RE = re.compile(r"^(share|detach)-(\d+)-(\d+)$")
@@ -110,6 +111,11 @@ def parse_spec(spec: Mapping[str, Any], name: str, namespace: str) -> PlanSpec:
     image = spec.get("image", "ragnaros/flamewaker:latest")
     if not isinstance(image, str) or not image:
         raise InvalidInput("image", "must be a non-empty string")
+    attribute = spec.get("topologyAttribute", STANDARD_DOMAIN)
+    if not isinstance(attribute, str) or not attribute:
+        raise InvalidInput(
+            "topologyAttribute", "must be a device attribute's name, e.g. resource.kubernetes.io/numaNode"
+        )
     return PlanSpec(
         name=name,
         namespace=namespace,
@@ -121,6 +127,7 @@ def parse_spec(spec: Mapping[str, Any], name: str, namespace: str) -> PlanSpec:
         dry_run=flags["dryRun"],
         tolerations=parse_tolerations(spec.get("tolerations"), "tolerations"),
         image=image,
+        topology_attribute=attribute,
     )
 
 
@@ -198,6 +205,11 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
         if not isinstance(links, list) or not all(isinstance(s, str) and s for s in links):
             raise InvalidInput(f"{field}.services.link", "must be a list of service names")
         flamewaker = _mapping(item.get("flamewaker") or {}, f"{field}.flamewaker")
+        topology = item.get("topology", base.topology.value if base else Topology.PREFERRED.value)
+        if topology not in {t.value for t in Topology}:
+            raise InvalidInput(
+                f"{field}.topology", f"must be {one_of(t.value for t in Topology)}, got {topology!r}"
+            )
         patches = item.get("patches") or []
         if not isinstance(patches, list) or not all(
             isinstance(p, Mapping) and "op" in p and "path" in p for p in patches
@@ -212,6 +224,7 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
             flamewaker=dict(flamewaker),
             patches=tuple(dict(p) for p in patches),
             source=field,
+            topology=Topology(topology),
         )
     return tuple(catalog.values())
 
@@ -382,13 +395,20 @@ def snapshot(
     nodes_doc: Any,
     pods_doc: Any | None = None,
     reserved: Mapping[str, Mapping[str, int]] | None = None,
+    slices_doc: Any | None = None,
+    claims_doc: Any | None = None,
+    reserved_devices: Iterable[tuple[str, str, str]] = (),
 ) -> Snapshot:
     """Nodes with what the given pods already use, and what is ``reserved``, subtracted.
 
     ``reserved`` maps node name -> resource name -> units (cpu in millicores); the operator uses it
-    for cards that other plans have placed but whose pods may not exist yet.
+    for cards that other plans have placed but whose pods may not exist yet. ``slices_doc`` (a List
+    of ResourceSlices) gives the nodes' GPUs one by one; devices the ``claims_doc`` ResourceClaims
+    hold, and ``reserved_devices`` ((driver, pool, device) other plans placed), are not free.
     """
     nodes = parse_nodes(nodes_doc)
+    held = set(reserved_devices) | (parse_claims(claims_doc) if claims_doc is not None else set())
+    devices = parse_slices(slices_doc, held) if slices_doc is not None else {}
     used: dict[str, dict[str, int]] = {n: dict(r) for n, r in (reserved or {}).items()}
     if pods_doc is not None:
         for i, pod in enumerate(_items(pods_doc, "pods", "Pod")):
@@ -406,6 +426,7 @@ def snapshot(
                 used=tuple(sorted(used.get(n.name, {}).items())),
                 unschedulable=n.unschedulable,
                 taints=n.taints,
+                devices=devices.get(n.name, ()),
             )
             for n in nodes
         )

@@ -33,6 +33,9 @@ class Allocation:
     units: int
     nodes: tuple[tuple[str, int], ...]  # node name -> instances there, in name order
     term: Fraction | None = None  # its score term; None when read back from JSON
+    # GPUs known one by one: per node, the device names of each instance there
+    devices: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = ()
+    straddling: int = 0  # instances whose devices span several domains
 
     @property
     def units_total(self) -> int:
@@ -42,7 +45,11 @@ class Allocation:
         out: dict[str, Any] = {"operator": self.operator, "resource": self.resource}
         if self.strategy is not None:
             out["strategy"] = self.strategy.value
-        return out | {"instances": self.instances, "unitsPerInstance": self.units, "nodes": dict(self.nodes)}
+        out |= {"instances": self.instances, "unitsPerInstance": self.units, "nodes": dict(self.nodes)}
+        if self.devices:
+            out["devices"] = {node: [list(i) for i in lists] for node, lists in self.devices}
+            out["straddling"] = self.straddling
+        return out
 
 
 def _field(doc: Mapping[str, Any], key: str, where: str) -> Any:

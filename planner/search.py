@@ -12,13 +12,14 @@ the requests that cannot fit together, such that dropping any one of them lets t
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from fractions import Fraction
 
 from planner.codes import ConflictKind, Method, SolveStatus
 from planner.model import PlanSpec, Snapshot
 from planner.options import Item, TypeProblem, build_problems
 from planner.outcome import Outcome, Progress
-from planner.place import NodeCounts, Previous, greedy_place, improvable, moved
+from planner.place import Previous, greedy_place, improvable, moved
 from planner.result import Allocation, Conflict, PlanResult, TypeStats
 from planner.result import Previous as PreviousPlan
 
@@ -43,10 +44,7 @@ def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool |
     sub = TypeProblem(
         problem.resource,
         problem.nodes,
-        tuple(
-            Item(n, it.request, it.strategy, it.splits, it.rejected)
-            for n, it in enumerate(problem.items[i] for i in subset)
-        ),
+        tuple(replace(it, index=n) for n, it in enumerate(problem.items[i] for i in subset)),
     )
     if greedy_place(sub, [0] * len(subset)) is not None:
         return True
@@ -118,22 +116,26 @@ def _conflict(problem: TypeProblem, seconds: float) -> Conflict:
     return Conflict(name, ConflictKind.PACKING, tuple(it.label for it in items), detail)
 
 
-def _allocations(problem: TypeProblem, choice: list[int], nodes: list[NodeCounts]) -> list[Allocation]:
-    out = []
+def _allocations(problem: TypeProblem, out: Outcome) -> list[Allocation]:
+    assert out.choice is not None and out.nodes is not None
+    allocations = []
     for it in problem.items:
-        split = it.splits[choice[it.index]]
-        out.append(
+        split = it.splits[out.choice[it.index]]
+        devices = (out.devices or [{}] * len(problem.items))[it.index]
+        allocations.append(
             Allocation(
                 operator=it.label,
                 resource=problem.resource.name,
                 strategy=it.strategy,
                 instances=split.instances,
                 units=split.units,
-                nodes=tuple(sorted(nodes[it.index].items())),
+                nodes=tuple(sorted(out.nodes[it.index].items())),
                 term=split.score,
+                devices=tuple(sorted((n, tuple(tuple(i) for i in lists)) for n, lists in devices.items())),
+                straddling=(out.straddling or [0] * len(problem.items))[it.index],
             )
         )
-    return out
+    return allocations
 
 
 def solve_type(
@@ -155,26 +157,58 @@ def solve_type(
         return Outcome(status=SolveStatus.INFEASIBLE), Method.NONE
     if sum(it.request.cards for it in problem.items) > sum(f for _, f in problem.nodes):
         return Outcome(status=SolveStatus.INFEASIBLE), Method.COUNTING
+    if problem.topology_aware:
+        out, method = _solve_with_devices(problem, seconds, workers, previous, progress, start)
+    else:
+        out, method = _solve(problem, seconds, workers, previous, progress)
+        if out.choice is not None and out.nodes is not None and out.score is not None and polish_seconds > 0:
+            picked = improvable(problem, out.choice, out.nodes, previous or {})
+            if picked:
+                from planner.solver import polish
+
+                polish(problem, out, polish_seconds, picked, workers=workers, previous=previous)
+    if previous is not None and out.choice is not None and out.nodes is not None:
+        out.moved = moved(problem, out.choice, out.nodes, previous)
+    out.seconds = time.monotonic() - start
+    return out, method
+
+
+def _solve(
+    problem: TypeProblem, seconds: float, workers: int, previous: Previous | None, progress: Progress | None
+) -> tuple[Outcome, Method]:
+    """The score: the fast path when the best splits place greedily, else the exact search."""
     best = [0] * len(problem.items)
     placed = greedy_place(problem, best, previous)
     if placed is not None:
         ub = problem.upper_bound
-        out, method = Outcome(SolveStatus.OPTIMAL, best, placed, ub, ub), Method.FAST_PATH
-    else:
-        from planner.solver import solve
+        return Outcome(SolveStatus.OPTIMAL, best, placed, ub, ub), Method.FAST_PATH
+    from planner.solver import solve
 
-        out = solve(problem, seconds=seconds, workers=workers, previous=previous, progress=progress)
-        method = Method.CP_SAT
-    if out.choice is not None and out.nodes is not None and out.score is not None:
-        picked = improvable(problem, out.choice, out.nodes, previous or {}) if polish_seconds > 0 else []
-        if picked:
-            from planner.solver import polish
+    return solve(
+        problem, seconds=seconds, workers=workers, previous=previous, progress=progress
+    ), Method.CP_SAT
 
-            polish(problem, out, polish_seconds, picked, workers=workers, previous=previous)
-        if previous is not None:
-            out.moved = moved(problem, out.choice, out.nodes, previous)
-    out.seconds = time.monotonic() - start
-    return out, method
+
+def _solve_with_devices(
+    problem: TypeProblem,
+    seconds: float,
+    workers: int,
+    previous: Previous | None,
+    progress: Progress | None,
+    start: float,
+) -> tuple[Outcome, Method]:
+    """Devices known one by one: the score as usual (unless an operator requires its domain), then
+    the devices of every instance, fewest straddling domains, most cards left in whole domains."""
+    from planner import topology
+
+    score = None
+    method = Method.CP_SAT
+    if not topology.required_anywhere(problem):
+        score, method = _solve(problem, seconds / 2, workers, previous, progress)
+        if score.status is SolveStatus.INFEASIBLE:
+            return score, method
+    left = max(0.1, seconds - (time.monotonic() - start))
+    return topology.solve(problem, seconds=left, workers=workers, score=score, previous=previous), method
 
 
 def plan(
@@ -230,7 +264,7 @@ def plan(
             conflicts.append(Conflict(problem.resource.name, ConflictKind.TIMEOUT, labels, detail))
             unknown.append(problem.resource.name)
             continue
-        allocations.extend(_allocations(problem, out.choice, out.nodes))
+        allocations.extend(_allocations(problem, out))
         if moves is not None:
             moves += out.moved or 0
         assert out.score is not None and out.bound is not None

@@ -27,12 +27,13 @@ import itertools
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from fractions import Fraction
 
 from planner import classes
 from planner.codes import SolveStatus
 from planner.cpsat import cp_model
-from planner.options import Item, TypeProblem
+from planner.options import TypeProblem
 from planner.outcome import Outcome, Progress
 from planner.place import NodeCounts, Previous, greedy_place
 
@@ -316,10 +317,7 @@ def _neighbourhood(
     others = sorted((n for n in free if n not in hood), key=lambda n: (used.get(n, 0) - free[n], n))
     hood |= set(others[:NEIGHBOURHOOD])
     nodes = tuple((n, free[n] - fixed.get(n, 0)) for n in sorted(hood))
-    items = tuple(
-        Item(j, problem.items[i].request, problem.items[i].strategy, problem.items[i].splits, ())
-        for j, i in enumerate(picked)
-    )
+    items = tuple(replace(problem.items[i], index=j, rejected=()) for j, i in enumerate(picked))
     if sum(len(it.splits) for it in items) * len(nodes) > POLISH_VARIABLES:
         return None
     prev = {

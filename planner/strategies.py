@@ -33,6 +33,14 @@ class Strategy(StrEnum):
     WHOLE = "whole"  # CPU: one instance with every core asked for
 
 
+class Topology(StrEnum):
+    """Whether an instance keeps its GPUs inside one domain (a NUMA node, a PCIe root, ...)."""
+
+    REQUIRED = "required"  # an instance that fits in one of its node's domains must sit in one
+    PREFERRED = "preferred"  # kept in one domain wherever the score allows (the default)
+    NONE = "none"  # any GPUs of the node
+
+
 class Placement(StrEnum):
     """Among placements of equal score, which one a strategy prefers."""
 

@@ -12,7 +12,7 @@ from gpuplan_operator import status as st
 from planner.catalog import BUILTIN_OPERATORS
 from planner.model import ResourceKind
 from planner.parse import parse_spec
-from planner.strategies import KEY_STRATEGIES, SCORINGS
+from planner.strategies import KEY_STRATEGIES, SCORINGS, Topology
 from planner.vocab import GROUP, KIND, PLURAL, VERSION
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "gpuallocationplans.yaml"
@@ -128,3 +128,9 @@ def test_defaults_match_the_parser() -> None:
 def test_a_wide_column_shows_the_message() -> None:
     (wide,) = [c for c in version()["additionalPrinterColumns"] if c.get("priority") == 1]
     assert wide["jsonPath"] == ".status.message"
+
+
+def test_the_topology_enum_is_the_planners() -> None:
+    spec = version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["operators"]["items"]["properties"]["topology"]["enum"] == [t.value for t in Topology]
+    assert "topologyAttribute" in spec
