@@ -215,11 +215,19 @@ CAN = [
     ("create", "deployments.apps", "plans"),
     ("patch", "deployments.apps", "plans"),
     ("delete", "deployments.apps", "plans"),
+    ("list", "resourceclaimtemplates.resource.k8s.io", "plans"),  # DRA: one per instance
+    ("create", "resourceclaimtemplates.resource.k8s.io", "plans"),
+    ("delete", "resourceclaimtemplates.resource.k8s.io", "plans"),
+    ("list", "resourceslices.resource.k8s.io", "cluster"),  # the nodes' GPUs one by one
+    ("watch", "resourceslices.resource.k8s.io", "cluster"),
+    ("list", "resourceclaims.resource.k8s.io", "all"),  # devices claims already hold
     ("create", "events", "plans"),  # kopf.event on plans
     ("list", "customresourcedefinitions.apiextensions.k8s.io", "cluster"),  # kopf's resource observer
     ("watch", "customresourcedefinitions.apiextensions.k8s.io", "cluster"),
 ]
 CANNOT = [
+    ("create", "resourceslices.resource.k8s.io", "cluster"),  # it plans devices, never publishes them
+    ("delete", "resourceclaims.resource.k8s.io", "all"),
     ("delete", "nodes", "cluster"),
     ("create", "nodes", "cluster"),
     ("update", "nodes", "cluster"),
@@ -307,6 +315,9 @@ def test_the_operators_own_calls_succeed_with_the_token(
     assert cluster.read_deployment(kube, ns, "absent") is None
     assert f"absent-{suffix}" not in {pc["metadata"]["name"] for pc in cluster.list_priority_classes(kube)}
     cluster.list_managed_priority_classes(kube)
+    assert cluster.list_resource_slices(kube) is not None  # the local cluster serves DRA
+    assert cluster.list_resource_claims(kube) is not None
+    assert cluster.list_plan_claim_templates(kube, ns, "probe") == []
 
     # writes: node labels, server-side apply (create, then patch) and delete of each kind
     cluster.patch_node_labels(kube, node, {key: "token"})

@@ -32,15 +32,20 @@ class Device:
     driver: str
     pool: str
     free: bool = True
-    attributes: tuple[tuple[str, str], ...] = ()  # qualified name -> value as text
+    attributes: tuple[tuple[str, str, str], ...] = ()  # (qualified name, kind, value as text)
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.driver, self.pool, self.name)
 
-    def attribute(self, name: str) -> str | None:
+    def typed(self, name: str) -> tuple[str, str] | None:
+        """(kind, value text) of an attribute: kind is string, int, bool or version."""
         qualified = _qualify(name, self.driver)
-        return next((v for k, v in self.attributes if k == qualified), None)
+        return next(((kind, v) for k, kind, v in self.attributes if k == qualified), None)
+
+    def attribute(self, name: str) -> str | None:
+        found = self.typed(name)
+        return None if found is None else found[1]
 
     def domain(self, attribute: str) -> str:
         return self.attribute(attribute) or NO_DOMAIN
@@ -74,18 +79,22 @@ def _qualify(key: str, driver: str) -> str:
     return key if "/" in key else f"{driver}/{key}"
 
 
-def _value(attr: Any) -> str | None:
+def _typed(attr: Any) -> tuple[str, str] | None:
     if not isinstance(attr, Mapping):
         return None
     for kind in ("string", "int", "bool", "version"):
         if kind in attr:
-            return str(attr[kind])
+            value = attr[kind]
+            return kind, (str(value).lower() if isinstance(value, bool) else str(value))
     return None
 
 
-def parse_slices(doc: Any, held: Iterable[tuple[str, str, str]] = ()) -> dict[str, tuple[Device, ...]]:
-    """Node name -> its devices (``kubectl get resourceslices -o yaml``); ``held`` are not free."""
-    taken = set(held)
+def parse_slices(
+    doc: Any, held: Iterable[tuple[str, str, str]] = (), reserved: Iterable[tuple[str, str]] = ()
+) -> dict[str, tuple[Device, ...]]:
+    """Node name -> its devices (``kubectl get resourceslices -o yaml``). Not free: ``held``
+    (driver, pool, device) that claims hold, and ``reserved`` (node, device) other plans placed."""
+    taken, booked = set(held), set(reserved)
     out: dict[str, list[Device]] = {}
     for i, item in enumerate(_items(doc, "slices", "ResourceSlice")):
         where = f"slices.items[{i}].spec"
@@ -106,10 +115,9 @@ def parse_slices(doc: Any, held: Iterable[tuple[str, str, str]] = ()) -> dict[st
                 _qualify(str(k), driver): v
                 for k, v in _mapping(dev.get("attributes") or {}, f"{where}.devices[{j}].attributes").items()
             }
-            texts = tuple(sorted((k, t) for k, v in attrs.items() if (t := _value(v)) is not None))
-            out.setdefault(str(node), []).append(
-                Device(name, driver, pool, (driver, pool, name) not in taken, texts)
-            )
+            texts = tuple(sorted((k, *t) for k, v in attrs.items() if (t := _typed(v)) is not None))
+            free = (driver, pool, name) not in taken and (str(node), name) not in booked
+            out.setdefault(str(node), []).append(Device(name, driver, pool, free, texts))
     return {node: tuple(sorted(devs, key=lambda d: natural(d.name))) for node, devs in out.items()}
 
 

@@ -67,6 +67,9 @@ class ResourceType:
     node_selector: tuple[tuple[str, str], ...]
     # when no node carries the selector's labels, use every schedulable node (the default CPU type)
     any_node_when_unlabelled: bool = False
+    # GPUs published one by one (DRA): the DeviceClass an instance's claim asks (default: the
+    # DeviceClass named after the devices' driver, as drivers name theirs)
+    device_class: str | None = None
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.node_selector)

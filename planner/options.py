@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
 
-from planner.devices import Domain, domains_of
+from planner.devices import STANDARD_DOMAIN, Device, Domain, domains_of
 from planner.model import PlanSpec, Request, ResourceKind, ResourceType, Snapshot
 from planner.strategies import SCORINGS, STRATEGIES, Strategy, StrategyRule, Topology
 
@@ -68,8 +68,11 @@ class TypeProblem:
     nodes: tuple[tuple[str, int], ...]  # usable nodes of the type: (name, free units)
     items: tuple[Item, ...]
     any_node: bool = False  # no node carries the type's labels: every schedulable node is used
-    # nodes whose GPUs are known one by one (ResourceSlices): their domains, for topology
+    # nodes whose GPUs are known one by one (ResourceSlices): their domains, for topology, and
+    # each device (driver, attributes), for the claims that pin an instance to its devices
     domains: Mapping[str, tuple[Domain, ...]] = field(default_factory=dict, compare=False)
+    devices: Mapping[str, Mapping[str, Device]] = field(default_factory=dict, compare=False)
+    domain_attribute: str = STANDARD_DOMAIN
 
     @property
     def topology_aware(self) -> bool:
@@ -164,5 +167,6 @@ def build_problems(spec: PlanSpec, snap: Snapshot) -> list[TypeProblem]:
             )
             for i, r in enumerate(requests)
         )  # fmt: skip
-        out.append(TypeProblem(resource, nodes, items, any_node, domains))
+        devices = {n.name: {d.name: d for d in n.devices} for n in usable if n.name in domains}
+        out.append(TypeProblem(resource, nodes, items, any_node, domains, devices, spec.topology_attribute))
     return out

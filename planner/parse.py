@@ -153,12 +153,16 @@ def _parse_resources(value: Any) -> tuple[ResourceType, ...]:
         default_rn = "nvidia.com/gpu" if kind == ResourceKind.GPU else "cpu"
         resource_name = item.get("resourceName", default_rn) or default_rn
         selector = _mapping(item.get("nodeSelector") or {}, f"{field}.nodeSelector")
+        device_class = item.get("deviceClassName")
+        if device_class is not None and (not isinstance(device_class, str) or not device_class):
+            raise InvalidInput(f"{field}.deviceClassName", "must be a DeviceClass name")
         out.append(
             ResourceType(
                 name=name,
                 kind=ResourceKind(kind),
                 resource_name=str(resource_name),
                 node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+                device_class=device_class,
             )
         )
     return tuple(out)
@@ -397,18 +401,18 @@ def snapshot(
     reserved: Mapping[str, Mapping[str, int]] | None = None,
     slices_doc: Any | None = None,
     claims_doc: Any | None = None,
-    reserved_devices: Iterable[tuple[str, str, str]] = (),
+    reserved_devices: Iterable[tuple[str, str]] = (),
 ) -> Snapshot:
     """Nodes with what the given pods already use, and what is ``reserved``, subtracted.
 
     ``reserved`` maps node name -> resource name -> units (cpu in millicores); the operator uses it
     for cards that other plans have placed but whose pods may not exist yet. ``slices_doc`` (a List
     of ResourceSlices) gives the nodes' GPUs one by one; devices the ``claims_doc`` ResourceClaims
-    hold, and ``reserved_devices`` ((driver, pool, device) other plans placed), are not free.
+    hold, and ``reserved_devices`` ((node, device) other plans placed), are not free.
     """
     nodes = parse_nodes(nodes_doc)
-    held = set(reserved_devices) | (parse_claims(claims_doc) if claims_doc is not None else set())
-    devices = parse_slices(slices_doc, held) if slices_doc is not None else {}
+    held = parse_claims(claims_doc) if claims_doc is not None else set()
+    devices = parse_slices(slices_doc, held, reserved_devices) if slices_doc is not None else {}
     used: dict[str, dict[str, int]] = {n: dict(r) for n, r in (reserved or {}).items()}
     if pods_doc is not None:
         for i, pod in enumerate(_items(pods_doc, "pods", "Pod")):

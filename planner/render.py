@@ -25,6 +25,7 @@ flamewakers of one card each, pinned to the same node. A link service listed by 
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,8 +34,10 @@ from typing import Any
 import jsonpatch
 import yaml
 
+from planner.devices import Device
 from planner.errors import InvalidInput
 from planner.model import OperatorSpec, PlanSpec, ResourceKind, ResourceType
+from planner.options import TypeProblem
 from planner.result import PlanResult
 from planner.vocab import (
     FLAMEWAKER_LABEL,
@@ -49,6 +52,7 @@ from planner.vocab import (
     plan_labels,
     priority_class_name,
     priority_value,
+    short_hash,
 )
 
 
@@ -85,6 +89,7 @@ class Flamewaker:
     instances: int
     units: int
     resource: ResourceType
+    claim_template: dict[str, Any] | None = field(default=None, hash=False)  # DRA: its devices
 
 
 def _entry(
@@ -128,6 +133,7 @@ def _entry(
 
 def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
     """The flamewaker entries of a feasible plan, in allocation then node order."""
+    problems = {p.resource.name: p for p in result.problems}
     out: list[Flamewaker] = []
     rendered_links: set[str] = set()
     any_node = {p.resource.name for p in result.problems if p.any_node}
@@ -142,11 +148,26 @@ def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
             n_links, detached = op.link_strategy.links_for(alloc.units)
         else:  # cores are not cards: link services share the instance's cores, one each
             n_links, detached = 1, False
+        key_units = alloc.units - (n_links if detached and links else 0)
+        shared = [] if detached else [s for s in links for _ in range(n_links)]
+        services = [op.key_service, *shared]
+        devices = dict(alloc.devices)
         for node, count in alloc.nodes:
-            key_units = alloc.units - (n_links if detached and links else 0)
-            shared = [] if detached else [s for s in links for _ in range(n_links)]
+            if node in devices:  # GPUs chosen one by one: an entry and a claim per instance
+                for i, devs in enumerate(devices[node]):
+                    name = dns_name(spec.name, op.key_service, alloc.resource, node, str(i))
+                    entry = _entry(spec, op, resource, selector, node, name, services, 1, key_units)
+                    out.append(
+                        _claimed(spec, problems[alloc.resource], entry, node, devs[:key_units], resource)
+                    )
+                    if detached and links:
+                        name = dns_name(spec.name, links[0], "link", alloc.resource, node, str(i))
+                        entry = _entry(spec, op, resource, selector, node, name, links, n_links, 1)
+                        out.append(
+                            _claimed(spec, problems[alloc.resource], entry, node, devs[key_units:], resource)
+                        )
+                continue
             name = dns_name(spec.name, op.key_service, alloc.resource, node)
-            services = [op.key_service, *shared]
             entry = _entry(spec, op, resource, selector, node, name, services, count, key_units)
             out.append(Flamewaker(entry, node, count, key_units, resource))
             if detached and links:
@@ -154,6 +175,84 @@ def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
                 entry = _entry(spec, op, resource, selector, node, name, links, count * n_links, 1)
                 out.append(Flamewaker(entry, node, count * n_links, 1, resource))
     return out
+
+
+CLAIM = "gpus"  # the name a pod and its container use for an instance's ResourceClaim
+UNIQUE_ATTRIBUTES = ("uuid", "index")  # driver attributes that tell one device from another
+
+
+def _cel_value(kind: str, text: str) -> str:
+    return text if kind in ("int", "bool") else json.dumps(text)
+
+
+def _cel_attribute(qualified: str) -> str:
+    prefix, _, name = qualified.rpartition("/")
+    return f'device.attributes["{prefix}"].{name}'
+
+
+def _selector(devices: Sequence[Device], domain_attribute: str) -> str:
+    """CEL picking exactly ``devices`` (by a driver attribute that tells devices apart), else their
+    domain(s): the scheduler then chooses within the domain what the plan counted there."""
+    driver = devices[0].driver
+    for attribute in UNIQUE_ATTRIBUTES:
+        typed = [d.typed(attribute) for d in devices]
+        if all(t is not None for t in typed):
+            values = ", ".join(_cel_value(*t) for t in typed if t is not None)
+            return f'device.driver == "{driver}" && {_cel_attribute(f"{driver}/{attribute}")} in [{values}]'
+    domains = sorted({t for d in devices if (t := d.typed(domain_attribute)) is not None})
+    if not domains:
+        return f'device.driver == "{driver}"'
+    values = ", ".join(_cel_value(*t) for t in domains)
+    return f'device.driver == "{driver}" && {_cel_attribute(domain_attribute)} in [{values}]'
+
+
+def _claim_template(
+    spec: PlanSpec, name: str, problem: TypeProblem, node: str, names: Sequence[str], resource: ResourceType
+) -> dict[str, Any]:
+    """A ResourceClaimTemplate asking for exactly the instance's devices (resource.k8s.io/v1)."""
+    devices = [problem.devices[node][n] for n in names]
+    request: dict[str, Any] = {
+        "deviceClassName": resource.device_class or devices[0].driver,
+        "allocationMode": "ExactCount",
+        "count": len(devices),
+        "selectors": [{"cel": {"expression": _selector(devices, problem.domain_attribute)}}],
+    }
+    claim: dict[str, Any] = {"devices": {"requests": [{"name": CLAIM, "exactly": request}]}}
+    if len({d.domain(problem.domain_attribute) for d in devices}) == 1 and devices[0].typed(
+        problem.domain_attribute
+    ):
+        claim["devices"]["constraints"] = [{"requests": [CLAIM], "matchAttribute": problem.domain_attribute}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": spec.namespace, "labels": plan_labels(spec.name)},
+        # the claims made from it carry the plan's labels: the plan's own devices, not foreign ones
+        "spec": {"metadata": {"labels": plan_labels(spec.name)}, "spec": claim},
+    }
+
+
+def _claimed(
+    spec: PlanSpec,
+    problem: TypeProblem,
+    entry: dict[str, Any],
+    node: str,
+    names: Sequence[str],
+    resource: ResourceType,
+) -> Flamewaker:
+    """An instance entry that gets its GPUs from a claim on its chosen devices, not a card count."""
+    # a template's spec cannot change: other devices are another template (a hash of them in the name)
+    name = dns_name(entry["name"], short_hash(",".join(names)), limit=253)
+    template = _claim_template(spec, name, problem, node, names, resource)
+    container = entry.setdefault("containerAttributes", {}).setdefault("resources", {})
+    container.setdefault("limits", {}).pop(resource.resource_name, None)
+    if not container["limits"]:
+        del container["limits"]
+    container["claims"] = [{"name": CLAIM}]
+    entry.setdefault("podAttributes", {})["resourceClaims"] = [
+        {"name": CLAIM, "resourceClaimTemplateName": template["metadata"]["name"]}
+    ]
+    entry["devices"] = list(names)
+    return Flamewaker(entry, node, 1, len(names), resource, template)
 
 
 def _values_yaml(flamewakers: Sequence[Flamewaker]) -> str:
@@ -250,7 +349,7 @@ def _deployments(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict
             ],
             "nodeSelector": pod.get("nodeSelector", {}),
         }
-        for key in ("priorityClassName", "tolerations"):
+        for key in ("priorityClassName", "tolerations", "resourceClaims"):
             if key in pod:
                 pod_spec[key] = pod[key]
         out.append(
@@ -287,6 +386,7 @@ class Desired:
     priority_classes: list[dict[str, Any]] = field(hash=False)
     configmaps: list[dict[str, Any]] = field(hash=False)  # one, or parts of a very large plan
     deployments: list[dict[str, Any]] = field(hash=False)
+    claim_templates: list[dict[str, Any]] = field(default_factory=list, hash=False)  # DRA: per instance
 
 
 def render_desired(spec: PlanSpec, result: PlanResult) -> Desired:
@@ -300,6 +400,7 @@ def render_desired(spec: PlanSpec, result: PlanResult) -> Desired:
         priority_classes=render_priority_classes(result, kinds, gpu_units),
         configmaps=_configmaps(spec, flamewakers),
         deployments=_deployments(spec, flamewakers) if spec.deploy else [],
+        claim_templates=[f.claim_template for f in flamewakers if f.claim_template is not None],
     )
 
 
@@ -310,4 +411,10 @@ def render_manifests(spec: PlanSpec, result: PlanResult) -> list[dict[str, Any]]
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": labels}}
         for n, labels in desired.node_labels.items()
     ]
-    return [*nodes, *desired.priority_classes, *desired.configmaps, *desired.deployments]
+    return [
+        *nodes,
+        *desired.priority_classes,
+        *desired.configmaps,
+        *desired.claim_templates,
+        *desired.deployments,
+    ]

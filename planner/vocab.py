@@ -32,6 +32,7 @@ SEED_KEY = "ragnaros_operator_config"  # the product's own JSON configuration
 
 # the kinds of object a plan writes (and the words metrics and events use for them)
 NODE, PRIORITY_CLASS, CONFIGMAP, DEPLOYMENT, POD = "Node", "PriorityClass", "ConfigMap", "Deployment", "Pod"
+CLAIM_TEMPLATE = "ResourceClaimTemplate"  # one per instance when GPUs are chosen one by one (DRA)
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 

@@ -21,12 +21,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.kube import JSON, KubeApi, path_for
 from gpuplan_operator.writes import Observed
 from planner.render import Desired
 from planner.vocab import (
     API_VERSION,
+    CLAIM_TEMPLATE,
     CONFIGMAP,
     DEPLOYMENT,
     FIELD_MANAGER,
@@ -41,10 +44,12 @@ from planner.vocab import (
 
 PLAN_API = API_VERSION
 PC_API = "scheduling.k8s.io/v1"
+DRA_API = "resource.k8s.io/v1"
 _APIS = {  # kind -> (apiVersion, plural) of what the operator writes whole
     CONFIGMAP: ("v1", "configmaps"),
     DEPLOYMENT: ("apps/v1", "deployments"),
     PRIORITY_CLASS: (PC_API, "priorityclasses"),
+    CLAIM_TEMPLATE: (DRA_API, "resourceclaimtemplates"),
 }
 
 
@@ -166,6 +171,7 @@ def read_for_apply(kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[
             kube, ns, plan.name, [c["metadata"]["name"] for c in desired.configmaps]
         ),
         priority_classes=_by_name(list_priority_classes(kube)),
+        claim_templates=_by_name(list_plan_claim_templates(kube, ns, plan.name)),
     )
 
 
@@ -176,20 +182,58 @@ def read_for_cleanup(kube: KubeApi, plan: PlanBody) -> Observed:
         deployments=_by_name(list_plan_deployments(kube, plan.namespace, plan.name)),
         configmaps=read_plan_configmaps(kube, plan.namespace, plan.name),
         priority_classes=_by_name(list_managed_priority_classes(kube)),
+        claim_templates=_by_name(list_plan_claim_templates(kube, plan.namespace, plan.name)),
     )
+
+
+def _list_if_served(kube: KubeApi, plural: str, kind: str) -> JSON | None:
+    """A List of every ``plural`` of resource.k8s.io/v1, or None when the cluster does not serve DRA."""
+    try:
+        doc = kube.get(path_for(DRA_API, plural))
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return {"apiVersion": "v1", "kind": "List", "items": _items(doc, DRA_API, kind)}
+
+
+def list_resource_slices(kube: KubeApi) -> JSON | None:
+    return _list_if_served(kube, "resourceslices", "ResourceSlice")
+
+
+def list_resource_claims(kube: KubeApi) -> JSON | None:
+    return _list_if_served(kube, "resourceclaims", "ResourceClaim")
+
+
+def list_plan_claim_templates(kube: KubeApi, namespace: str, name: str) -> list[JSON]:
+    try:
+        doc = kube.get(
+            path_for(DRA_API, "resourceclaimtemplates", namespace=namespace),
+            labelSelector=_selector(plan_labels(name)),
+        )
+    except ApiException as e:
+        if e.status == 404:  # no DRA: the plan cannot have written any
+            return []
+        raise
+    return _items(doc, DRA_API, CLAIM_TEMPLATE)
 
 
 @dataclass(frozen=True)
 class ClusterRead:
-    """What planning reads: every plan, every node, the pods that hold resources."""
+    """What planning reads: every plan, every node, the pods that hold resources, and with DRA the
+    nodes' devices (ResourceSlices) and what claims hold (ResourceClaims)."""
 
     plans: list[PlanBody]
     nodes: JSON  # a List of Nodes
     pods: JSON  # a List of bound, unfinished Pods
+    slices: JSON | None = None
+    claims: JSON | None = None
 
 
 def read_cluster(kube: KubeApi) -> ClusterRead:
-    return ClusterRead(list_plans(kube), list_nodes(kube), list_active_pods(kube))
+    slices = list_resource_slices(kube)
+    claims = list_resource_claims(kube) if slices is not None else None
+    return ClusterRead(list_plans(kube), list_nodes(kube), list_active_pods(kube), slices, claims)
 
 
 # --- writes --------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from gpuplan_operator.kube import Kube, load_api_client
 from gpuplan_operator.metrics import Metrics, Trigger
 from gpuplan_operator.service import Options, Outcome, PlanService
 from gpuplan_operator.status import Phase
-from gpuplan_operator.watch import ChangeFeed, NodeTracker
+from gpuplan_operator.watch import ChangeFeed, NodeTracker, slice_fingerprint
 from planner.vocab import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("gpuplan_operator")
@@ -58,6 +58,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.service = PlanService(kube, options, post_event, metrics=memo.get("metrics") or Metrics())
     memo.feed = ChangeFeed()
     memo.nodes = NodeTracker()
+    memo.slices = NodeTracker(slice_fingerprint)
 
 
 async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str, trigger: Trigger) -> Outcome | None:
@@ -108,6 +109,17 @@ async def node_event(memo: kopf.Memo, event: Mapping[str, Any], body: kopf.Body,
     tracker: NodeTracker = memo.nodes
     if tracker.observe(event.get("type"), body):
         log.debug("node %s changed (%s): re-plan", body.get("metadata", {}).get("name"), event.get("type"))
+        await memo.feed.bump(origin=None)
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceslices")
+async def slice_event(memo: kopf.Memo, event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    """A driver published, changed or withdrew a node's GPUs (DRA): plans re-plan, as for nodes.
+
+    Slices are per node and change when devices come or go, not on heartbeats; a cluster that does
+    not serve resource.k8s.io/v1 has none, and kopf leaves this handler idle."""
+    tracker: NodeTracker = memo.slices
+    if tracker.observe(event.get("type"), body):
         await memo.feed.bump(origin=None)
 
 

@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from gpuplan_operator.status import Phase
 from planner.codes import ConflictKind
 from planner.result import PlanResult
-from planner.vocab import CONFIGMAP, DEPLOYMENT, NODE, POD, PRIORITY_CLASS
+from planner.vocab import CLAIM_TEMPLATE, CONFIGMAP, DEPLOYMENT, NODE, POD, PRIORITY_CLASS
 
 
 class Trigger(StrEnum):
@@ -57,8 +57,8 @@ class Trigger(StrEnum):
 
 # kinds of ``gpuplan_writes_total`` / ``gpuplan_apply_errors_total``
 PLAN_STATUS = "GpuAllocationPlan/status"
-WRITTEN_KINDS = (NODE, PRIORITY_CLASS, CONFIGMAP, DEPLOYMENT, PLAN_STATUS)
-APPLIED_KINDS = (NODE, PRIORITY_CLASS, CONFIGMAP, DEPLOYMENT, POD)
+WRITTEN_KINDS = (NODE, PRIORITY_CLASS, CONFIGMAP, CLAIM_TEMPLATE, DEPLOYMENT, PLAN_STATUS)
+APPLIED_KINDS = (NODE, PRIORITY_CLASS, CONFIGMAP, CLAIM_TEMPLATE, DEPLOYMENT, POD)
 
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 BRANCHES = (0, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)

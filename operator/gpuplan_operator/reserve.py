@@ -86,3 +86,36 @@ def priority_classes_in_use(plans: Iterable[PlanBody], uid: str) -> set[str]:
         applied = plan.status.get("applied") or {}
         out.update(str(n) for n in applied.get("priorityClasses") or [])
     return out
+
+
+def applied_devices(allocations: Iterable[Allocation]) -> dict[str, list[str]]:
+    """``status.applied.devices``: node -> the devices the plan's instances hold (DRA)."""
+    out: dict[str, list[str]] = {}
+    for a in allocations:
+        for node, lists in a.devices:
+            out.setdefault(node, []).extend(d for devs in lists for d in devs)
+    return {n: sorted(devs) for n, devs in sorted(out.items())}
+
+
+def devices_reserved_by_others(plans: Iterable[PlanBody], uid: str) -> set[tuple[str, str]]:
+    """(node, device) every other plan holds, from its ``status.applied.devices``."""
+    out: set[tuple[str, str]] = set()
+    for plan in plans:
+        if plan.uid == uid:
+            continue
+        for node, names in ((plan.status.get("applied") or {}).get("devices") or {}).items():
+            out.update((str(node), str(n)) for n in names or [])
+    return out
+
+
+def foreign_claims(claims_doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The claims no plan accounts for: a plan's own claims carry its labels (copied from its
+    ResourceClaimTemplates), and their devices are in that plan's reservation already."""
+    if claims_doc is None:
+        return None
+    items = [
+        c
+        for c in claims_doc.get("items") or []
+        if not all(((c.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in MANAGED_BY.items())
+    ]
+    return {"apiVersion": "v1", "kind": "List", "items": items}

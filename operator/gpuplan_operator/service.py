@@ -173,7 +173,14 @@ class PlanService:
         read = cluster.read_cluster(self.kube)
         pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans))
         try:
-            snap = snapshot(read.nodes, pods, reserve.reserved_by_others(read.plans, plan.uid))
+            snap = snapshot(
+                read.nodes,
+                pods,
+                reserve.reserved_by_others(read.plans, plan.uid),
+                slices_doc=read.slices,
+                claims_doc=reserve.foreign_claims(read.claims),
+                reserved_devices=reserve.devices_reserved_by_others(read.plans, plan.uid),
+            )
         except InvalidInput as e:  # the cluster, not the spec: e.g. no nodes at all
             new = st.infeasible_status(plan.status, plan.generation, f"cluster snapshot: {e}", now)
             return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
@@ -233,10 +240,12 @@ class PlanService:
             return self._apply_failed(plan, result, api_error_message(e), now)
 
         names = {r.name: r.resource_name for r in spec.resources}
-        applied = {
+        applied: dict[str, Any] = {
             "units": reserve.applied_units(result.allocations, names),
             "priorityClasses": sorted(pc["metadata"]["name"] for pc in desired.priority_classes),
         }
+        if devices := reserve.applied_devices(result.allocations):
+            applied["devices"] = devices
         ready = readiness(desired.deployments, pods, desired.label_key, spec.deploy)
         new = st.applied_status(plan.status, plan.generation, result, applied, ready, now)
         moved = (plan.status.get("applied") or {}).get("units") != applied["units"]

@@ -17,9 +17,10 @@ version it has not seen, then for the burst to settle (``debounce`` quiet second
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from planner.vocab import is_plan_label_key
@@ -41,17 +42,23 @@ def node_fingerprint(node: Mapping[str, Any]) -> Fingerprint:
     return (labels, allocatable, bool(spec.get("unschedulable")), taints)
 
 
-class NodeTracker:
-    """Remembers each node's fingerprint; says whether an event changed anything that matters."""
+def slice_fingerprint(slice_: Mapping[str, Any]) -> Fingerprint:
+    """A ResourceSlice matters through its spec: which node, which devices, which attributes."""
+    return (json.dumps(slice_.get("spec") or {}, sort_keys=True),)
 
-    def __init__(self) -> None:
+
+class NodeTracker:
+    """Remembers each object's fingerprint; says whether an event changed anything that matters."""
+
+    def __init__(self, fingerprint: Callable[[Mapping[str, Any]], Fingerprint] = node_fingerprint) -> None:
         self.fingerprints: dict[str, Fingerprint] = {}
+        self.fingerprint = fingerprint
 
     def observe(self, event_type: str | None, node: Mapping[str, Any]) -> bool:
         name = str((node.get("metadata") or {}).get("name"))
         if event_type == "DELETED":
             return self.fingerprints.pop(name, None) is not None
-        fp = node_fingerprint(node)
+        fp = self.fingerprint(node)
         before = self.fingerprints.get(name)
         self.fingerprints[name] = fp
         # the initial listing (type None) only learns the cluster: resume handlers plan it anyway

@@ -30,7 +30,7 @@ from typing import Any
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.diff import covers, foreign_owner, node_label_changes, with_owner
 from planner.render import Desired
-from planner.vocab import CONFIGMAP, DEPLOYMENT, MANAGED_BY, NODE, PRIORITY_CLASS
+from planner.vocab import CLAIM_TEMPLATE, CONFIGMAP, DEPLOYMENT, MANAGED_BY, NODE, PRIORITY_CLASS
 
 
 class Step(IntEnum):
@@ -40,9 +40,10 @@ class Step(IntEnum):
     LABEL_NODES = 2
     PRIORITY_CLASSES = 3
     CONFIGMAP = 4
-    DEPLOYMENTS = 5
-    UNLABEL_NODES = 6
-    PRUNE_PRIORITY_CLASSES = 7
+    CLAIM_TEMPLATES = 5  # DRA: the claims that pin each instance to its devices, before its pod
+    DEPLOYMENTS = 6
+    UNLABEL_NODES = 7
+    PRUNE_PRIORITY_CLASSES = 8
 
 
 class Verb(StrEnum):
@@ -70,6 +71,7 @@ class Observed:
     deployments: Mapping[str, Mapping[str, Any]]  # by name: the plan's, and any of a name it wants
     configmaps: Mapping[str, Mapping[str, Any]]  # by name: the plan's, and any of a name it wants
     priority_classes: Mapping[str, Mapping[str, Any]]  # by name, every PriorityClass
+    claim_templates: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # the plan's, by name
 
 
 class OwnershipConflict(Exception):
@@ -122,6 +124,17 @@ def _drop_configmaps(plan: PlanBody, observed: Observed, wanted: Iterable[str]) 
     ]
 
 
+def _drop_claim_templates(plan: PlanBody, observed: Observed, wanted: Iterable[str]) -> list[Write]:
+    """Templates of devices the plan no longer uses (after their pods: claims already made stay
+    with their pods until those go)."""
+    keep = set(wanted)
+    return [
+        Write(Step.UNLABEL_NODES, Verb.DELETE, CLAIM_TEMPLATE, name, plan.namespace)
+        for name, t in sorted(observed.claim_templates.items())
+        if name not in keep and _owned_by(t, plan.uid)
+    ]
+
+
 def apply_writes(
     plan: PlanBody, desired: Desired, observed: Observed, in_use_elsewhere: Iterable[str]
 ) -> list[Write]:
@@ -150,6 +163,12 @@ def apply_writes(
         if actual is None or not covers(actual, cm):
             writes.append(Write(Step.CONFIGMAP, Verb.APPLY, CONFIGMAP, name, plan.namespace, cm))
 
+    templates = {t["metadata"]["name"]: with_owner(t, owner) for t in desired.claim_templates}
+    for name, t in templates.items():
+        if name not in observed.claim_templates:  # a template's spec never changes: its name says it
+            writes.append(Write(Step.CLAIM_TEMPLATES, Verb.APPLY, CLAIM_TEMPLATE, name, plan.namespace, t))
+    writes += _drop_claim_templates(plan, observed, templates)
+
     for name, dep in wanted.items():
         actual = observed.deployments.get(name)
         other = foreign_owner(actual, plan.uid)
@@ -166,6 +185,7 @@ def apply_writes(
 def cleanup_writes(plan: PlanBody, observed: Observed, in_use_elsewhere: Iterable[str]) -> list[Write]:
     """Everything the plan wrote, gone: Deployments, the ConfigMap, labels, unused classes."""
     writes = _drop_deployments(plan, observed, ()) + _drop_configmaps(plan, observed, ())
+    writes += _drop_claim_templates(plan, observed, ())
     labelled = [
         str(n["metadata"]["name"])
         for n in observed.nodes
@@ -186,6 +206,8 @@ class Changes:
     configmap_deleted: bool = False
     deployments: list[str] = field(default_factory=list)
     deployments_deleted: list[str] = field(default_factory=list)
+    claim_templates: list[str] = field(default_factory=list)
+    claim_templates_deleted: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, writes: Iterable[Write]) -> Changes:
@@ -199,6 +221,8 @@ class Changes:
                 (out.priority_classes_deleted if deleting else out.priority_classes).append(w.name)
             elif w.kind == DEPLOYMENT:
                 (out.deployments_deleted if deleting else out.deployments).append(w.name)
+            elif w.kind == CLAIM_TEMPLATE:
+                (out.claim_templates_deleted if deleting else out.claim_templates).append(w.name)
             elif w.kind == CONFIGMAP:
                 out.configmap_deleted |= deleting
                 out.configmap |= not deleting
@@ -216,6 +240,8 @@ class Changes:
             ("deleted priority classes", self.priority_classes_deleted),
             ("applied deployments", self.deployments),
             ("deleted deployments", self.deployments_deleted),
+            ("applied resource claim templates", self.claim_templates),
+            ("deleted resource claim templates", self.claim_templates_deleted),
         ):
             if items:
                 parts.append(f"{label}: {_names(items)}")

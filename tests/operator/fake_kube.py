@@ -52,6 +52,7 @@ class FakeKube(RestVerbs):
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.writes: list[tuple[str, str]] = []
         self.fail_on: str | None = None  # a path fragment whose writes answer 500
+        self.serves_dra = False  # resource.k8s.io/v1, as a cluster with DRA
 
     # -- seeding ----------------------------------------------------------------------------
 
@@ -78,7 +79,12 @@ class FakeKube(RestVerbs):
             path, sub = path[: -len("/status")], "status"
         parts = path.strip("/").split("/")
         plurals = {"nodes", "pods", "configmaps", "deployments", "priorityclasses", "gpuallocationplans"}
-        idx = max(i for i, p in enumerate(parts) if p in plurals)
+        if self.serves_dra:
+            plurals |= {"resourceslices", "resourceclaims", "resourceclaimtemplates"}
+        found = [i for i, p in enumerate(parts) if p in plurals]
+        if not found:  # an API this fake server does not serve (DRA, unless asked)
+            raise ApiException(status=404, reason="Not Found")
+        idx = max(found)
         collection = "/".join(parts[: idx + 1])
         name = unquote(parts[idx + 1]) if len(parts) > idx + 1 else None
         return collection, name, sub
