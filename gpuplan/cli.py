@@ -69,7 +69,15 @@ def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previou
         print(f"gpuplan: read {len(seen.nodes['items'])} nodes from {seen.server}", file=sys.stderr)
     if previous is None and seen.own_status and seen.own_status.get("allocations"):
         previous = _previous_from(seen.own_status, f"the cluster's {spec.namespace}/{spec.name}")
-    return snapshot(seen.nodes, seen.pods, seen.reserved), previous
+    snap = snapshot(
+        seen.nodes,
+        seen.pods,
+        seen.reserved,
+        slices_doc=seen.slices,
+        claims_doc=seen.claims,
+        reserved_devices=seen.reserved_devices,
+    )
+    return snap, previous
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -33,6 +33,9 @@ class LiveSnapshot:
     reserved: dict[str, dict[str, int]]  # node -> resource -> units other plans hold
     own_status: dict[str, Any] | None  # the plan's status when the cluster has it
     server: str
+    slices: dict[str, Any] | None = None  # with DRA: the nodes' GPUs one by one
+    claims: dict[str, Any] | None = None  # with DRA: the claims no plan accounts for
+    reserved_devices: frozenset[tuple[str, str]] = frozenset()  # (node, device) other plans hold
 
 
 def _client(kubeconfig: str | None, context: str | None) -> Any:
@@ -56,6 +59,8 @@ def read(kubeconfig: str | None, context: str | None, namespace: str, name: str)
     try:
         nodes = cluster.list_nodes(kube)
         pods = cluster.list_active_pods(kube)
+        slices = cluster.list_resource_slices(kube)
+        claims = cluster.list_resource_claims(kube) if slices is not None else None
         try:
             plans = cluster.list_plans(kube)
         except ApiException as e:
@@ -75,6 +80,9 @@ def read(kubeconfig: str | None, context: str | None, namespace: str, name: str)
         reserved=reserve.reserved_by_others(plans, mine.uid if mine else ""),
         own_status=dict(mine.status) if mine else None,
         server=str(kube.api.configuration.host),
+        slices=slices,
+        claims=reserve.foreign_claims(claims),
+        reserved_devices=frozenset(reserve.devices_reserved_by_others(plans, mine.uid if mine else "")),
     )
 
 
