@@ -121,7 +121,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         import yaml
 
-        print(yaml.safe_dump_all(render_manifests(spec, result), sort_keys=False), end="")
+        print(yaml.safe_dump_all(render_manifests(spec, result, args.priority_base), sort_keys=False), end="")
     return code
 
 
@@ -187,6 +187,10 @@ def parser(plugins: bool = True, prog: str = "gpuplan") -> argparse.ArgumentPars
     pl.add_argument("--previous", help="an earlier -o json output: move as few instances as possible")
     pl.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
     pl.add_argument("--workers", type=int, default=1, help="solver threads (default 1: reproducible)")
+    pl.add_argument(
+        "--priority-base", type=int, default=800_000_000, metavar="N",
+        help="-o manifests: PriorityClass values N + 1000 per card (the operator's --priority-base)",
+    )  # fmt: skip
     pl.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     pl.set_defaults(func=cmd_plan)
 

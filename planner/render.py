@@ -44,6 +44,7 @@ from planner.vocab import (
     MANAGED_BY,
     PART_ANNOTATION,
     PLAN_LABEL,
+    PRIORITY_BASE,
     configmap_name,
     dns_name,
     fit,
@@ -274,7 +275,10 @@ def render_node_labels(spec: PlanSpec, result: PlanResult) -> dict[str, dict[str
 
 
 def render_priority_classes(
-    result: PlanResult, kinds: Mapping[str, ResourceKind], units: Iterable[int] = ()
+    result: PlanResult,
+    kinds: Mapping[str, ResourceKind],
+    units: Iterable[int] = (),
+    base: int = PRIORITY_BASE,
 ) -> list[dict[str, Any]]:
     """PriorityClasses for the instance sizes a plan uses on GPU resources.
 
@@ -289,7 +293,7 @@ def render_priority_classes(
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
             "metadata": {"name": priority_class_name(n), "labels": dict(MANAGED_BY)},
-            "value": priority_value(n),
+            "value": priority_value(n, base),
             "globalDefault": False,
             "description": f"Used for {n} gpus pod: larger instances schedule and preempt first.",
         }
@@ -389,24 +393,28 @@ class Desired:
     claim_templates: list[dict[str, Any]] = field(default_factory=list, hash=False)  # DRA: per instance
 
 
-def render_desired(spec: PlanSpec, result: PlanResult) -> Desired:
-    """Everything the plan wants in the cluster (the flamewaker entries are rendered once)."""
+def render_desired(spec: PlanSpec, result: PlanResult, priority_base: int = PRIORITY_BASE) -> Desired:
+    """Everything the plan wants in the cluster (the flamewaker entries are rendered once).
+
+    ``priority_base``: the value of a 0-card class; an N-card class is ``base + N·1000``."""
     kinds = {r.name: r.kind for r in spec.resources}
     flamewakers = render_flamewakers(spec, result)
     gpu_units = [f.units for f in flamewakers if f.resource.kind is ResourceKind.GPU]
     return Desired(
         node_labels=render_node_labels(spec, result),
         label_key=plan_label_key(spec.namespace, spec.name),
-        priority_classes=render_priority_classes(result, kinds, gpu_units),
+        priority_classes=render_priority_classes(result, kinds, gpu_units, priority_base),
         configmaps=_configmaps(spec, flamewakers),
         deployments=_deployments(spec, flamewakers) if spec.deploy else [],
         claim_templates=[f.claim_template for f in flamewakers if f.claim_template is not None],
     )
 
 
-def render_manifests(spec: PlanSpec, result: PlanResult) -> list[dict[str, Any]]:
+def render_manifests(
+    spec: PlanSpec, result: PlanResult, priority_base: int = PRIORITY_BASE
+) -> list[dict[str, Any]]:
     """Every object the operator would write, node labels as Node patches, in apply order."""
-    desired = render_desired(spec, result)
+    desired = render_desired(spec, result, priority_base)
     nodes = [
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": labels}}
         for n, labels in desired.node_labels.items()

@@ -84,6 +84,9 @@ def priority_class_name(units: int) -> str:
     return f"{PRIORITY_PREFIX}{units}"
 
 
-def priority_value(units: int, base: int = 800_000_000) -> int:
+PRIORITY_BASE = 800_000_000  # the value of the classes is base + cards·1000 (user classes stay below 1e9)
+
+
+def priority_value(units: int, base: int = PRIORITY_BASE) -> int:
     """800008000 for 8 cards, 800007000 for 7, ...: a larger instance schedules, and preempts, first."""
     return base + units * 1000

@@ -120,6 +120,19 @@ def test_priority_classes_rank_larger_instances_higher() -> None:
     assert dict(values)[8] == 800008000  # seed 001's value
 
 
+def test_the_priority_base_moves_every_class_and_keeps_their_order() -> None:
+    spec, result = load("image-fence")
+    default = {p["metadata"]["name"]: p["value"] for p in render_desired(spec, result).priority_classes}
+    lowered = {
+        p["metadata"]["name"]: p["value"] for p in render_desired(spec, result, 1_000_000).priority_classes
+    }
+    assert lowered.keys() == default.keys()
+    for name, value in lowered.items():
+        assert value == default[name] - 800_000_000 + 1_000_000
+    deployments = [o for o in render_manifests(spec, result, 1_000_000) if o["kind"] == "PriorityClass"]
+    assert {o["metadata"]["name"]: o["value"] for o in deployments} == lowered
+
+
 def test_manifests_hold_deployments_with_gpu_requests_when_deploy_is_true() -> None:
     spec, result = load("image-fence")
     objs = render_manifests(spec, result)

@@ -67,6 +67,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-delay", type=float, default=d.max_delay, help="longest wait in a burst")
     p.add_argument("--resync", type=float, default=d.resync, help="re-plan failed plans this often")
     p.add_argument("--ready-poll", type=float, default=d.ready_poll, help="readiness checks while pending")
+    p.add_argument(
+        "--priority-base", type=int, default=d.priority_base, metavar="N",
+        help="PriorityClass values: N + 1000 per card of the instance (default %(default)s)",
+    )  # fmt: skip
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument(
         "--log-format", choices=sorted(LOG_FORMATS), default="text",
@@ -161,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_delay=args.max_delay,
         resync=args.resync,
         ready_poll=args.ready_poll,
+        priority_base=args.priority_base,
     )
     metrics = Metrics()
     memo = kopf.Memo(options=options, write_observer=_fault_injection(), metrics=metrics)

@@ -50,7 +50,7 @@ from planner.parse import parse_spec, snapshot
 from planner.render import Desired, render_desired
 from planner.result import PlanResult, Previous, previous_placements, read_allocations
 from planner.search import plan as make_plan
-from planner.vocab import POD
+from planner.vocab import POD, PRIORITY_BASE
 
 log = logging.getLogger("gpuplan_operator")
 
@@ -71,6 +71,7 @@ class Options:
     max_delay: float = 10.0  # re-plan at the latest this long after the first change of a burst
     resync: float = 60.0  # Infeasible/Error plans re-plan this often; Ready is re-checked too
     ready_poll: float = 2.0  # while pods are pending, check readiness this often
+    priority_base: int = PRIORITY_BASE  # an N-card PriorityClass has the value base + N·1000
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ class PlanService:
             new = st.infeasible_status(plan.status, plan.generation, reason, now, conflicts, kind)
             return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
         try:
-            desired = render_desired(spec, result)
+            desired = render_desired(spec, result, self.options.priority_base)
         except InvalidInput as e:  # e.g. an operator's JSON patch does not apply
             return self._finish(plan, st.invalid_status(plan.status, plan.generation, str(e), now),
                                 Reason.INVALID, warn=True)  # fmt: skip

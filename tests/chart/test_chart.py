@@ -47,6 +47,10 @@ VALUE_SETS = [
         id="namespaced peering with debug logs",
     ),
     pytest.param({"logFormat": "json", "podDisruptionBudget.minAvailable": 1}, id="JSON logs and a budget"),
+    pytest.param(
+        {"planning.priorityClassValueBase": 500000000, "planning.planSeconds": 2.5},
+        id="a lower PriorityClass base and fractional plan seconds",
+    ),
 ]
 
 # What the operator does to the API server: (api group, resource, verb, cluster-wide?). Cluster-wide
@@ -268,6 +272,8 @@ def test_the_operator_accepts_the_rendered_arguments(helm: str, values: dict[str
     assert parsed.log_format == values.get("logFormat", "text")
     if "planning.planSeconds" in values:
         assert parsed.plan_seconds == values["planning.planSeconds"]
+    # helm hands YAML numbers to templates as float64: a large one must not arrive as "5e+08"
+    assert parsed.priority_base == values.get("planning.priorityClassValueBase", 800_000_000)
 
 
 def test_the_shell_wrapper_draws_a_priority(tmp_path: Path, helm: str) -> None:

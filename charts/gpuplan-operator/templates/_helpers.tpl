@@ -103,12 +103,17 @@ The watched namespaces, validated: exact names only (RBAC Roles cannot follow a 
 {{- else if ne .Values.logFormat "text" }}
 {{- fail (printf "logFormat: %q is not one of text, json" .Values.logFormat) }}
 {{- end }}
-{{- range $key, $flag := dict "planSeconds" "--plan-seconds" "debounce" "--debounce" "maxDelay" "--max-delay" "resync" "--resync" "readyPoll" "--ready-poll" }}
+{{- range $key, $flag := dict "planSeconds" "--plan-seconds" "debounce" "--debounce" "maxDelay" "--max-delay" "resync" "--resync" "readyPoll" "--ready-poll" "priorityClassValueBase" "--priority-base" }}
 {{- $value := index $.Values.planning $key }}
 {{- if not (kindIs "invalid" $value) }}
 {{- if ne (toString $value) "" }}
 - {{ $flag }}
+{{- /* YAML numbers reach templates as float64; print whole ones in full, not as 5e+08 */}}
+{{- if and (kindIs "float64" $value) (eq $value (float64 (int64 $value))) }}
+- {{ int64 $value | toString | quote }}
+{{- else }}
 - {{ toString $value | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
