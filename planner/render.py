@@ -256,9 +256,32 @@ def _claimed(
     return Flamewaker(entry, node, 1, len(names), resource, template)
 
 
+_DUMPER: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x faster
+_HEAD = "flamewakers:\n"
+
+
 def _values_yaml(flamewakers: Sequence[Flamewaker]) -> str:
     doc = {"flamewakers": [f.entry for f in flamewakers]}
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+    return yaml.dump(doc, Dumper=_DUMPER, sort_keys=False, allow_unicode=True)
+
+
+def _entry_texts(flamewakers: Sequence[Flamewaker]) -> list[str]:
+    """Each entry's text in the values.yaml of all of them, dumped once: ``_HEAD`` + any run of
+    them, joined, is the values.yaml of that run (top-level items are the lines starting ``- ``;
+    everything nested is indented)."""
+    if not flamewakers:
+        return []
+    text = _values_yaml(flamewakers)
+    assert text.startswith(_HEAD) and text.endswith("\n")
+    lines = text[len(_HEAD) :].splitlines(keepends=True)
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("- ") or not out:
+            out.append(line)
+        else:
+            out[-1] += line
+    assert len(out) == len(flamewakers), "values.yaml items do not line up with the entries"
+    return out
 
 
 def values_yaml(spec: PlanSpec, result: PlanResult) -> str:
@@ -311,14 +334,14 @@ def _configmaps(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict[
     does not, so its entries are cut, in order, into parts that each fit; each part's values.yaml
     is a ``flamewakers:`` list of its own and carries the annotation ``part: "i/n"``.
     """
-    chunks: list[list[Flamewaker]] = [[]]
-    size = 0
-    for fw in flamewakers:
-        entry = len(_values_yaml([fw]))
+    chunks: list[list[str]] = [[]]
+    size = len(_HEAD)
+    for text in _entry_texts(flamewakers):
+        entry = len(text.encode())
         if chunks[-1] and size + entry > CONFIGMAP_BYTES:
             chunks.append([])
-            size = 0
-        chunks[-1].append(fw)
+            size = len(_HEAD)
+        chunks[-1].append(text)
         size += entry
     out = []
     for i, chunk in enumerate(chunks, start=1):
@@ -334,7 +357,7 @@ def _configmaps(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict[
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": meta,
-                "data": {"values.yaml": _values_yaml(chunk)},
+                "data": {"values.yaml": _HEAD + "".join(chunk) if chunk else _values_yaml([])},
             }
         )
     return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -142,12 +143,14 @@ async def follow_cluster(
             break
         try:
             if changed:
+                woke = time.monotonic()
                 version = await feed.settle(options.debounce, options.max_delay)
                 origins = feed.origins_since(seen)
                 seen = version
                 if origins == {me}:
                     continue  # only our own placement changed: nothing new to plan against
                 why = Trigger.NODES_CHANGED if None in origins else Trigger.PLANS_CHANGED
+                log.info("%s: re-planning (%s; settled in %.1fs)", me, why.value, time.monotonic() - woke)
                 outcome = await _reconcile(memo, namespace, name, why)
             elif phase in (Phase.INFEASIBLE, Phase.ERROR):
                 outcome = await _reconcile(memo, namespace, name, Trigger.RETRY)

@@ -17,9 +17,23 @@ from typing import Any
 from gpuplan_operator.status import Readiness, Reason
 
 
-def _matches(pod: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in selector.items())
+class _PodIndex:
+    """Pods by the values of a selector's label keys: each Deployment finds its pods in one lookup
+    (a 2,500-pod plan would otherwise compare every pod with every Deployment)."""
+
+    def __init__(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        self.pods = pods
+        self._by_keys: dict[tuple[str, ...], dict[tuple[str | None, ...], list[Mapping[str, Any]]]] = {}
+
+    def matching(self, selector: Mapping[str, str]) -> list[Mapping[str, Any]]:
+        keys = tuple(sorted(selector))
+        index = self._by_keys.get(keys)
+        if index is None:
+            index = self._by_keys[keys] = {}
+            for pod in self.pods:
+                labels = (pod.get("metadata") or {}).get("labels") or {}
+                index.setdefault(tuple(labels.get(k) for k in keys), []).append(pod)
+        return index.get(tuple(selector[k] for k in keys), [])
 
 
 def _limits(pod_spec: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -53,7 +67,7 @@ def readiness(
 ) -> Readiness:
     if not deploy:
         return Readiness(True, Reason.NO_PODS, "deploy is false: the flamewakers ConfigMap is the output")
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    live = _PodIndex([p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")])
     want = scheduled = 0
     pending: list[str] = []
     misplaced: list[str] = []
@@ -63,7 +77,7 @@ def readiness(
         selector = (spec.get("selector") or {}).get("matchLabels") or {}
         template = (spec.get("template") or {}).get("spec") or {}
         token = (template.get("nodeSelector") or {}).get(label_key)
-        mine = [p for p in live if _matches(p, selector) and _current(p, template)]
+        mine = [p for p in live.matching(selector) if _current(p, template)]
         want += replicas
         bound = [p for p in mine if (p.get("spec") or {}).get("nodeName")]
         for p in bound:

@@ -99,6 +99,7 @@ class PlanService:
         self.clock = clock
         self.metrics = metrics if metrics is not None else Metrics()
         self.lock = threading.Lock()
+        self._took: dict[str, float] = {}  # seconds per stage of the reconcile in progress, for its log line
 
     # --- status -----------------------------------------------------------------------------
 
@@ -171,6 +172,8 @@ class PlanService:
                                 Reason.INVALID, warn=True)  # fmt: skip
         plan = self._mark_planning(plan)
 
+        self._took = {}
+        started = time.perf_counter()
         read = cluster.read_cluster(self.kube)
         pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans))
         try:
@@ -186,7 +189,10 @@ class PlanService:
             new = st.infeasible_status(plan.status, plan.generation, f"cluster snapshot: {e}", now)
             return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
 
+        snapped = time.perf_counter()
         result = self._plan(spec, snap, _previous(plan.status))
+        planned = time.perf_counter()
+        self._took |= {"cluster read": snapped - started, "plan": planned - snapped}
         if not result.feasible:
             reason = result.reason or "unknown reason"
             conflicts = [c.to_json() for c in result.conflicts]
@@ -195,6 +201,7 @@ class PlanService:
             return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
         try:
             desired = render_desired(spec, result, self.options.priority_base)
+            self._took["render"] = time.perf_counter() - planned
         except InvalidInput as e:  # e.g. an operator's JSON patch does not apply
             return self._finish(plan, st.invalid_status(plan.status, plan.generation, str(e), now),
                                 Reason.INVALID, warn=True)  # fmt: skip
@@ -252,8 +259,9 @@ class PlanService:
         moved = (plan.status.get("applied") or {}).get("units") != applied["units"]
         if changes:
             self.events(plan, "Normal", Reason.APPLIED, changes.describe())
-            log.info("%s: applied %d writes in %.2fs (read %.2fs): %s", plan.ref, len(writes),
-                     wrote - read, read - started, changes.describe())  # fmt: skip
+            self._took |= {"objects read": read - started, "writes": wrote - read}
+            took = ", ".join(f"{k} {v:.2f}s" for k, v in self._took.items())
+            log.info("%s: applied %d writes (%s): %s", plan.ref, len(writes), took, changes.describe())
         if moved:
             verb = Reason.REPLANNED if plan.status.get("applied") else Reason.PLANNED
             self.events(plan, "Normal", verb, new["message"])
