@@ -464,7 +464,21 @@ def test_rbac_can_be_left_out(helm: str) -> None:
 # --- the CRD copies --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["gpuallocationplans.yaml", "kopf-peering.yaml"])
+def test_helm_show_crds_keeps_every_document_apart(helm: str) -> None:
+    """``helm show crds | kubectl apply -f -`` (the upgrade path) joins the files as they are: each
+    must start a document of its own, or one file's first object merges into the last one's."""
+    shown = [d for d in yaml.safe_load_all(run_helm(helm, "show", "crds", str(CHART)).stdout) if d]
+    files = [
+        d for f in sorted((REPO / "crds").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d
+    ]
+    assert [(d["kind"], d["metadata"]["name"]) for d in shown] == [
+        (d["kind"], d["metadata"]["name"]) for d in files
+    ]
+
+
+@pytest.mark.parametrize(
+    "name", ["gpuallocationplans.yaml", "kopf-peering.yaml", "plans-admission-policy.yaml"]
+)
 def test_chart_crd_is_byte_identical_to_crds(name: str) -> None:
     assert (CHART / "crds" / name).read_bytes() == (REPO / "crds" / name).read_bytes()
 
