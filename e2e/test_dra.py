@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e.dra import (
     NUMA_NODE,
@@ -52,10 +53,11 @@ def running(api: Api, ns: str, app: str, replicas: int = 1) -> Callable[[], list
 
 
 def unschedulable(api: Api, ns: str, app: str) -> str | None:
-    """The scheduler's message on the first of the app's pods it gave up on for now."""
+    """The scheduler's message on the first of the app's pods it could not place (yet)."""
     for p in pods(api, ns, app):
         for c in p["status"].get("conditions") or []:
-            if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable":
+            # Unschedulable when no node fits; SchedulerError when a filter failed (a CEL error)
+            if c["type"] == "PodScheduled" and c.get("status") == "False" and c.get("message"):
                 return str(c.get("message", ""))
     return None
 
@@ -90,6 +92,7 @@ class Case:
     selectors: Selectors
     match_domain: bool  # constraints: matchAttribute on pcieRoot
     expect: Sequence[int] | str  # the indices allocated, "straddles" or "waits"
+    why: str = "cannot allocate all claims"  # what the scheduler says when the pod waits
 
 
 def domain_of(i: int) -> Selectors:
@@ -123,6 +126,9 @@ CASES = {
     "matchAttribute waits rather than straddle when no domain is whole": Case(
         (0, 4), no_selectors, True, "waits"
     ),
+    "a selector on an attribute the devices lack is an error, not a mismatch": Case(
+        (), lambda g: [cel_equals("nvlinkGroup", 0)], False, "waits", "CEL runtime error: no such key"
+    ),
 }
 
 
@@ -139,7 +145,7 @@ def test_claim_gets_the_cards_it_selects(
 
     if case.expect == "waits":
         message = wait_for("the scheduler to give up for now", waiting(api, plain_ns, "inst"), timeout=60)
-        assert "cannot allocate all claims" in message, message
+        assert case.why in message, message
         assert not [
             c for c in claims(api, plain_ns) if c["metadata"]["name"] != "elsewhere" and c.get("status")
         ]
@@ -213,3 +219,30 @@ def test_competing_claims_never_share_a_card(
     for p in up:
         assert len({cards[ref].pcie_root for ref in pod_devices(api, p)}) == 1, pod_devices(api, p)
     no_double_allocation(api)
+
+
+# --- shapes the v1 API refuses at admission ----------------------------------------------------
+
+REJECTED = {
+    "the v1beta1 request shape, deviceClassName and count outside exactly": (
+        {"devices": {"requests": [{"name": "gpus", "deviceClassName": "gpu.gpuplan.test", "count": 4}]}},
+        'unknown field "spec.spec.devices.requests[0].count"',
+    ),
+    "a matchAttribute without its domain": (
+        claim_spec(4, match_attribute="pcieRoot"),
+        "must include a domain",
+    ),
+    "a CEL selector on the device's name, which CEL cannot see": (
+        claim_spec(1, ['device.name == "gpu-0"']),
+        "undefined field 'name'",
+    ),
+}
+
+
+@pytest.mark.parametrize(("spec", "error"), REJECTED.values(), ids=list(REJECTED))
+def test_the_api_server_refuses(
+    kubectl: Kubectl, device_class: str, spec: dict[str, Any], error: str
+) -> None:
+    doc = claim_template("default", "refused", spec)
+    proc = kubectl.run("create", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(doc), check=False)
+    assert proc.returncode != 0 and error in proc.stderr, proc.stderr
