@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from e2e.dra import Gpu, dra_served, ensure_device_class, publish_slices, remove_slices
 from e2e.support import (
     PLURAL,
     REPO,
@@ -127,8 +128,7 @@ def ns(
     It depends on ``make_nodes`` so that the test's nodes outlive its pods: a node deleted under
     its pods leaves them (and the namespace) terminating until pod garbage collection.
     """
-    words = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:25].strip("-")
-    name = f"e2e-{words}-{uuid.uuid4().hex[:5]}"
+    name = _namespace_name(request)
     api.create("v1", "namespaces", {"metadata": {"name": name}})
     mark = operator.mark()
     yield name
@@ -142,6 +142,11 @@ def ns(
     wait_for(f"plans in {name} to be deleted", lambda: not kubectl.run(
         "get", PLURAL, "-n", name, "-o", "name", check=False).stdout.strip(), timeout=60)  # fmt: skip
     api.delete("v1", "namespaces", name)
+
+
+def _namespace_name(request: pytest.FixtureRequest) -> str:
+    words = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:25].strip("-")
+    return f"e2e-{words}-{uuid.uuid4().hex[:5]}"
 
 
 def _dump(kubectl: Kubectl, operator: OperatorProcess, ns: str, mark: int) -> None:
@@ -179,3 +184,51 @@ def make_nodes(api: Api) -> Iterator[Callable[..., list[str]]]:
         )
     for name in created:
         api.delete("v1", "nodes", name)
+
+
+# --- Dynamic Resource Allocation: the suite as a GPU driver (e2e/dra.py) ----------------------
+
+
+@pytest.fixture(scope="session")
+def device_class(api: Api) -> str:
+    """The test driver's DeviceClass; fails (never skips) where ``resource.k8s.io/v1`` is not served."""
+    if not dra_served(api):
+        pytest.fail("the API server does not serve resource.k8s.io/v1 (Kubernetes >= 1.34 does)")
+    return ensure_device_class(api)
+
+
+@pytest.fixture
+def plain_ns(request: pytest.FixtureRequest, api: Api, make_nodes: Callable[..., list[str]]) -> Iterator[str]:
+    """A fresh namespace without the operator, its default ServiceAccount there (pods need it).
+
+    Like ``ns`` it depends on ``make_nodes``, so the test's nodes outlive its pods.
+    """
+    name = _namespace_name(request)
+    api.create("v1", "namespaces", {"metadata": {"name": name}})
+    wait_for(
+        f"the default ServiceAccount of {name}",
+        lambda: api.kube.get_or_none(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        timeout=30,
+    )
+    yield name
+    api.delete("v1", "namespaces", name)
+    # A terminating namespace admits no new pods; removing its pods at once (kwok's nodes run
+    # nothing) spares the namespace controller's few seconds before the test's nodes may go.
+    api.kube.request("DELETE", f"/api/v1/namespaces/{name}/pods", body={"gracePeriodSeconds": 0})
+
+
+@pytest.fixture
+def gpu_nodes(
+    api: Api, device_class: str, make_nodes: Callable[..., list[str]]
+) -> Iterator[Callable[..., dict[str, list[Gpu]]]]:
+    """Fresh kwok nodes with a ResourceSlice each (8 GPUs in 2 PCIe domains unless told);
+    node -> its GPUs. The slices go after the test (with the nodes at the latest)."""
+    published: list[str] = []
+
+    def make(prefix: str, count: int = 1, gpus: int = 8, domains: int = 2) -> dict[str, list[Gpu]]:
+        nodes = make_nodes(prefix, count, cards=gpus)
+        published.extend(nodes)
+        return publish_slices(api, nodes, gpus, domains)
+
+    yield make
+    remove_slices(api, published)

@@ -124,25 +124,36 @@ nodes_ready() {
 }
 
 # The running kwok controller's identity: the holder it writes into node leases (first log line
-# that names it; kwokctl truncates the log when it starts the process).
+# that names it; kwokctl truncates the log when it starts the process). Empty when unknown: run
+# with --v=WARN, kwok names itself only in warnings and errors (typically "Failed to list nodes"
+# while the API server is still starting), so a kwok that started after the API server was ready
+# never does.
 kwok_id() {
-  grep -o -m1 '"id":"[^"]*"' "${STATE_DIR}/logs/kwok-controller.log" 2>/dev/null | cut -d'"' -f4
+  { grep -o -m1 '"id":"[^"]*"' "${STATE_DIR}/logs/kwok-controller.log" 2>/dev/null || true; } | cut -d'"' -f4
 }
 
-# node lease name -> holder, one "name holder" per line
+# node lease name -> holder and renew time, one "name holder renewTime" per line
 node_leases() {
   kubectl --kubeconfig "${KUBECONFIG_OUT}" -n kube-node-lease get leases \
-    -o jsonpath='{range .items[*]}{.metadata.name} {.spec.holderIdentity}{"\n"}{end}'
+    -o jsonpath='{range .items[*]}{.metadata.name} {.spec.holderIdentity} {.spec.renewTime}{"\n"}{end}'
 }
 
 # kwok only fakes a node (heartbeats, pods Running/deleted) while it holds the node's lease.
+# When kwok's identity is unknown: every node's lease has a holder that renewed it within the
+# lease duration (40 s, plus slack).
 kwok_holds_leases() {
-  local id leases name
+  local id leases name holder renew now
   id="$(kwok_id)"
-  [[ -n "${id}" ]] || return 1
+  now="$(date +%s)"
   leases="$(node_leases)" || return 1
   for name in $(kubectl --kubeconfig "${KUBECONFIG_OUT}" get nodes -o name | cut -d/ -f2); do
-    grep -qx "${name} ${id}" <<<"${leases}" || return 1
+    read -r holder renew < <(awk -v n="${name}" '$1 == n {print $2, $3}' <<<"${leases}")
+    [[ -n "${holder}" && -n "${renew}" ]] || return 1
+    if [[ -n "${id}" ]]; then
+      [[ "${holder}" == "${id}" ]] || return 1
+    else
+      (( now - $(date -d "${renew}" +%s) <= 45 )) || return 1
+    fi
   done
 }
 
@@ -153,7 +164,7 @@ release_stale_leases() {
   local id name holder
   id="$(kwok_id)"
   [[ -n "${id}" ]] || return 0
-  while read -r name holder; do
+  while read -r name holder _; do
     [[ -n "${name}" && -n "${holder}" && "${holder}" != "${id}" ]] || continue
     kubectl --kubeconfig "${KUBECONFIG_OUT}" -n kube-node-lease patch lease "${name}" --type=merge \
       -p '{"spec":{"holderIdentity":null}}' >/dev/null 2>&1 || true
