@@ -191,6 +191,18 @@ def _cel_attribute(qualified: str) -> str:
     return f'device.attributes["{prefix}"].{name}'
 
 
+def _cel_has(qualified: str) -> str:
+    """Reading an attribute a device lacks is a CEL runtime error (the pod fails to schedule), not a
+    mismatch: every read is guarded, so the driver's other devices simply do not match."""
+    prefix, _, name = qualified.rpartition("/")
+    return f'"{name}" in device.attributes["{prefix}"]'
+
+
+def _cel_in(qualified: str, driver: str, values: str) -> str:
+    attribute = _cel_attribute(qualified)
+    return f'device.driver == "{driver}" && {_cel_has(qualified)} && {attribute} in [{values}]'
+
+
 def _selector(devices: Sequence[Device], domain_attribute: str) -> str:
     """CEL picking exactly ``devices`` (by a driver attribute that tells devices apart), else their
     domain(s): the scheduler then chooses within the domain what the plan counted there."""
@@ -199,12 +211,13 @@ def _selector(devices: Sequence[Device], domain_attribute: str) -> str:
         typed = [d.typed(attribute) for d in devices]
         if all(t is not None for t in typed):
             values = ", ".join(_cel_value(*t) for t in typed if t is not None)
-            return f'device.driver == "{driver}" && {_cel_attribute(f"{driver}/{attribute}")} in [{values}]'
+            return _cel_in(f"{driver}/{attribute}", driver, values)
     domains = sorted({t for d in devices if (t := d.typed(domain_attribute)) is not None})
     if not domains:
         return f'device.driver == "{driver}"'
     values = ", ".join(_cel_value(*t) for t in domains)
-    return f'device.driver == "{driver}" && {_cel_attribute(domain_attribute)} in [{values}]'
+    qualified = domain_attribute if "/" in domain_attribute else f"{driver}/{domain_attribute}"
+    return _cel_in(qualified, driver, values)
 
 
 def _claim_template(
@@ -222,7 +235,9 @@ def _claim_template(
     if len({d.domain(problem.domain_attribute) for d in devices}) == 1 and devices[0].typed(
         problem.domain_attribute
     ):
-        claim["devices"]["constraints"] = [{"requests": [CLAIM], "matchAttribute": problem.domain_attribute}]
+        domain = problem.domain_attribute  # the API wants it qualified: a bare name is the driver's
+        qualified = domain if "/" in domain else f"{devices[0].driver}/{domain}"
+        claim["devices"]["constraints"] = [{"requests": [CLAIM], "matchAttribute": qualified}]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",

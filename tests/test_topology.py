@@ -17,6 +17,7 @@ from planner.devices import parse_claims, parse_slices
 from planner.model import PlanSpec
 from planner.options import build_problems
 from planner.parse import parse_plan, snapshot
+from planner.render import render_desired
 from planner.result import PlanResult
 from planner.search import plan, solve_type
 from tests.helpers import node_list, plan_doc
@@ -251,3 +252,25 @@ def test_devices_never_lower_the_score_without_required(case) -> None:  # type: 
     assert out.status == ref_out.status
     if out.status is SolveStatus.OPTIMAL:
         assert out.score == ref_out.score and out.devices is not None
+
+
+def test_a_bare_domain_attribute_is_the_drivers_in_the_claim_and_every_read_is_guarded() -> None:
+    """The API wants matchAttribute qualified, and CEL errors (not mismatches) on a missing key."""
+    doc = slices({"n0": [4, 4]})
+    for item in doc["items"]:
+        for dev in item["spec"]["devices"]:
+            dev["attributes"]["group"] = {"string": f"g{dev['attributes']['index']['int'] // 4}"}
+    spec = parse_plan(
+        plan_doc(
+            {"face_1vn": {"P4": 4}},
+            resources=[{"name": "P4", "deviceClassName": DRIVER}],
+            topologyAttribute="group",
+            deploy=True,
+        )
+    )
+    result = plan(spec, snapshot(gpu_nodes(["n0"]), slices_doc=doc))
+    [template] = render_desired(spec, result).claim_templates
+    claim = template["spec"]["spec"]["devices"]
+    assert claim["constraints"] == [{"requests": ["gpus"], "matchAttribute": f"{DRIVER}/group"}]
+    cel = claim["requests"][0]["exactly"]["selectors"][0]["cel"]["expression"]
+    assert cel.startswith(f'device.driver == "{DRIVER}" && "index" in device.attributes["{DRIVER}"] && ')
