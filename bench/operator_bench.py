@@ -9,9 +9,14 @@ nodes), for each size: create N fake GPU nodes, start the operator, create one p
 - **cordon**: the busiest node is cordoned; time until the plan's applied placement leaves it,
   and until the displaced pods run elsewhere.
 
-Then the plan and the nodes are deleted again. The control plane runs with the client rate
-limits a production cluster of this size is given (``hack/cluster-up.sh``); the operator runs
-with its defaults. Needs ``make cluster-up`` first (``make bench`` does it).
+Then the plan goes, and the same Deployments (node selectors on ``kubernetes.io/hostname``, no
+operator) are created directly with the operator's own client and parallelism: **floor** is the
+time until all their pods run, what this control plane needs for that many pods whoever asks.
+The operator's cost is its time over the floor, measured in the same run.
+
+Then the nodes are deleted again. The control plane runs with the client rate limits a
+production cluster of this size is given (``hack/cluster-up.sh``); the operator runs with its
+defaults. Needs ``make cluster-up`` first (``make bench`` does it).
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+from gpuplan_operator.apply import PARALLEL_WRITES  # noqa: E402
+
 from e2e.support import Api, Kubectl, OperatorProcess, fake_node, label_key, node_ready, wait_for  # noqa: E402
 
 NS = "gpuplan-bench"
@@ -73,6 +82,58 @@ def on_planned_nodes(api: Api, key: str, expected: int, avoid: str | None = None
         and p["spec"].get("nodeName") != avoid
     ]
     return len(running) == expected == len(pods)
+
+
+FLOOR = "floor"  # the label of the Deployments the floor run creates
+
+
+def bare_deployments(api: Api, key: str) -> list[dict[str, Any]]:
+    """The plan's Deployments as anyone would write them: pinned by hostname, no owner, no classes."""
+    out = []
+    for d in api.kube.get(
+        f"/apis/apps/v1/namespaces/{NS}/deployments", labelSelector=f"gpuplan.ragnaros.io/plan={PLAN}"
+    )["items"]:
+        pod = d["spec"]["template"]
+        node = pod["spec"]["nodeSelector"][key]
+        labels = {"app": FLOOR, "pin": d["metadata"]["name"][-63:].strip("-.")}
+        spec = {k: v for k, v in pod["spec"].items() if k not in ("nodeSelector", "priorityClassName")}
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        out.append({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": d["metadata"]["name"], "namespace": NS, "labels": {"app": FLOOR}},
+            "spec": {
+                "replicas": d["spec"]["replicas"],
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": spec},
+            },
+        })  # fmt: skip
+    return out
+
+
+def floor(api: Api, deployments: list[dict[str, Any]], pods: int) -> float:
+    """Seconds from creating ``deployments`` (the operator's parallelism) to all ``pods`` Running."""
+    start = time.monotonic()
+    with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
+        list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), deployments))
+
+    def running() -> bool:
+        found = api.pods(NS, f"app={FLOOR}")
+        return sum(1 for p in found if p["status"].get("phase") == "Running") == pods == len(found)
+
+    wait_for("the floor's pods Running", running, 900, 0.2)
+    took = time.monotonic() - start
+    api.kube.request(
+        "DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments", query={"labelSelector": f"app={FLOOR}"}
+    )
+    api.kube.request(
+        "DELETE",
+        f"/api/v1/namespaces/{NS}/pods",
+        query={"labelSelector": f"app={FLOOR}"},
+        body={"gracePeriodSeconds": 0},
+    )
+    wait_for("the floor's pods gone", lambda: not api.pods(NS, f"app={FLOOR}"), 300, 0.5)
+    return took
 
 
 def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> dict[str, Any]:
@@ -136,14 +197,22 @@ def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> dict[str, 
         wait_for("displaced pods Running", lambda: on_planned_nodes(api, key, pods, avoid=victim), 300, 0.2)
         result["cordon_running"] = time.monotonic() - start
         result["cordon_held"] = held[victim]
+        api.patch("v1", "nodes", victim, {"spec": {"unschedulable": False}})
+        bare = bare_deployments(api, key)
     finally:
         api.delete(API, "gpuallocationplans", PLAN, NS)
         try:
             wait_for("the plan gone", lambda: api.plan(NS, PLAN) is None, 300)
         finally:
             operator.stop()
-            for name in names:
-                api.delete("v1", "nodes", name)
+    try:
+        wait_for(
+            "the plan's pods gone", lambda: not api.pods(NS, f"gpuplan.ragnaros.io/plan={PLAN}"), 300, 0.5
+        )
+        result["floor"] = floor(api, bare, pods)
+    finally:
+        for name in names:
+            api.delete("v1", "nodes", name)
     return result
 
 
@@ -161,15 +230,27 @@ def main() -> None:
     if api.kube.get_or_none(f"/api/v1/namespaces/{NS}") is None:
         api.create("v1", "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     OUT.mkdir(exist_ok=True)
-    head = ("nodes", "pods", "written s", "running s", "cordon: re-planned s", "moved", "running s")
-    print(" ".join(f"{h:>{w}}" for h, w in zip(head, (6, 6, 10, 10, 21, 6, 10), strict=True)))
+    head = (
+        "nodes",
+        "pods",
+        "written s",
+        "running s",
+        "cordon: re-planned s",
+        "moved",
+        "running s",
+        "floor s",
+        "x floor",
+    )
+    widths = (6, 6, 10, 10, 21, 6, 10, 8, 8)
+    print(" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         r = one_size(api, kubeconfig, size, OUT)
         rows.append(r)
         print(
             f"{r['nodes']:>6} {r['pods']:>6} {r['written']:>10.1f} {r['running']:>10.1f} "
-            f"{r['cordon_replanned']:>21.1f} {r['cordon_held']:>6} {r['cordon_running']:>10.1f}",
+            f"{r['cordon_replanned']:>21.1f} {r['cordon_held']:>6} {r['cordon_running']:>10.1f} "
+            f"{r['floor']:>8.1f} {r['running'] / r['floor']:>8.2f}",
             flush=True,
         )
     (OUT / "operator-bench.json").write_text(json.dumps(rows, indent=2))
