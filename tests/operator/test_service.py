@@ -164,6 +164,23 @@ def test_deleting_removes_everything_but_classes_others_use() -> None:
     assert p_pcs - q_pcs, "the test needs a class only p used"
 
 
+def test_plans_deleted_together_leave_no_priority_class() -> None:
+    """``kubectl delete gpuplans --all``: every plan is being deleted when the first clean-up runs."""
+    kube = p4_cluster()
+    for name in "abc":
+        kube.put(PLANS_NS, plan(name, requests={"face_1vn": {"P4": 1}}))
+    svc, _ = service(kube)
+    for name in "abc":
+        assert svc.reconcile("ns", name).phase == "Applied"  # type: ignore[union-attr]
+    assert [pc["metadata"]["name"] for pc in kube.items(PCS)] == ["ragnaros-cluster-critical-1"]
+    for name in "abc":
+        kube.get_obj(PLANS_NS, name)["metadata"]["deletionTimestamp"] = NOW  # type: ignore[index]
+    for name in "abc":  # each clean-up runs while the others still exist (their finalizers)
+        svc.cleanup(kube.get_obj(PLANS_NS, name))  # type: ignore[arg-type]
+    assert kube.items(PCS) == []
+    assert all(not labelled(kube, f"gpuplan.ragnaros.io/ns.{n}") for n in "abc")
+
+
 def test_detached_link_services_get_their_own_priority_classes() -> None:
     kube = p4_cluster()
     kube.put(
