@@ -13,7 +13,19 @@ Notes
   values and never goes through exceptions.
 - Nodes are watched with an event handler, never a daemon or timer, so no finalizer lands on them.
   Each plan has a daemon that waits on the feed and re-plans after a burst settles; daemons also
-  poll readiness while pods are pending and re-plan Infeasible/Error plans every ``resync``.
+  poll readiness while pods are pending and re-plan Infeasible plans every ``resync``.
+- Every reconcile, handler or daemon, records its outcome in the plan's
+  :class:`~.follow.PlanState` (``memo.plans``), which wakes the daemon: after a spec change the
+  daemon polls readiness every ``ready_poll`` at once, not after its next ``resync``. A sweep
+  started with the operator lists the plans' pods every ``ready_poll`` (one request) and wakes
+  the daemons of plans whose pods changed (deleted by hand, rescheduled).
+- Failures retry with exponential backoff (:func:`~.follow.backoff`, 1 s doubling to 10 s, with
+  jitter): kopf's ``TemporaryError`` delay for handlers (its ``retry`` count), the daemon's own
+  wait for the daemon's reconciles and reads. An API error in the delete handler is retried the
+  same way, never with kopf's default of a minute.
+- Watches are re-opened every ``WATCH_SECONDS`` by the API server and abandoned by the client when
+  silent for ``WATCH_SILENCE`` seconds (a stream that ends without a word, kopf's known failure
+  mode): changes missed meanwhile arrive when the watch resumes from its last resourceVersion.
 """
 
 from __future__ import annotations
@@ -21,20 +33,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any, cast
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from gpuplan_operator.body import PlanBody
-from gpuplan_operator.kube import Kube, load_api_client
+from gpuplan_operator.follow import Plans, PlanState, backoff
+from gpuplan_operator.kube import Kube, api_error_message, load_api_client
 from gpuplan_operator.metrics import Metrics, Trigger
 from gpuplan_operator.service import Options, Outcome, PlanService
 from gpuplan_operator.status import Phase
 from gpuplan_operator.watch import ChangeFeed, NodeTracker
-from planner.vocab import GROUP, PLURAL, VERSION
+from planner.vocab import GROUP, PLAN_LABEL, PLURAL, VERSION, plan_labels
 
 log = logging.getLogger("gpuplan_operator")
 PLAN = (GROUP, VERSION, PLURAL)
+WATCH_SECONDS = 15  # the API server ends each watch after this long; kopf resumes it at once
+WATCH_SILENCE = 20.0  # a watch silent this long is dead: re-open it (bookmarks would come each minute)
 
 
 def post_event(plan: PlanBody, type_: str, reason: str, message: str) -> None:
@@ -50,55 +67,104 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         prefix=GROUP, key="last-handled-configuration"
     )
     settings.posting.level = logging.INFO
-    settings.watching.server_timeout = 300  # re-open watches regularly (kopf #1276)
-    settings.watching.client_timeout = 330
+    # re-open watches regularly (kopf #1276), and give up on a silent one well within 30 s
+    settings.watching.server_timeout = WATCH_SECONDS
+    settings.watching.client_timeout = WATCH_SILENCE
+    settings.watching.inactivity_timeout = WATCH_SILENCE
     options = memo.get("options") or Options()
     kube = Kube(load_api_client(), observer=memo.get("write_observer"))
     memo.options = options
     memo.service = PlanService(kube, options, post_event, metrics=memo.get("metrics") or Metrics())
     memo.feed = ChangeFeed()
     memo.nodes = NodeTracker()
+    memo.plans = Plans()
+    memo.sweep = asyncio.create_task(_sweep_pods(memo), name="gpuplan pod sweep")
 
 
-async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str, trigger: Trigger) -> Outcome | None:
-    """Reconcile in a worker thread; wake the other plans when this one's placement moved."""
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    sweep: asyncio.Task[None] | None = memo.get("sweep")
+    if sweep is not None:
+        sweep.cancel()
+        await asyncio.gather(sweep, return_exceptions=True)
+
+
+async def _sweep_pods(memo: kopf.Memo) -> None:
+    """Every ``ready_poll``: list the plans' pods once, wake the daemons whose pods changed."""
+    options: Options = memo.options
+    plans: Plans = memo.plans
+    service: PlanService = memo.service
+    failures = 0
+    while True:
+        await asyncio.sleep(backoff(failures) if failures else options.ready_poll)
+        if not plans.states:  # no daemon runs (none yet, or this replica is not the one acting)
+            continue
+        try:
+            pods = await asyncio.to_thread(service.operator_pods)
+        except Exception as e:  # the API server is away: the daemons' own polls still run
+            failures += 1
+            log.warning("listing the plans' pods failed (%s); again in a moment", e)
+            continue
+        failures = 0
+        for key in plans.sweep(pods, lambda name: plan_labels(name)[PLAN_LABEL]):
+            log.debug("%s: its pods changed: re-check readiness", key)
+
+
+async def _reconcile(
+    memo: kopf.Memo, namespace: str | None, name: str, trigger: Trigger, by_handler: bool = True
+) -> Outcome | None:
+    """Reconcile in a worker thread; tell the plan's daemon how it ended; wake the other plans
+    when this one's placement moved."""
     service: PlanService = memo.service
     assert namespace is not None  # plans are namespaced
     outcome = await asyncio.to_thread(service.reconcile, namespace, name, trigger)
-    if outcome is not None and outcome.moved:
-        await memo.feed.bump(origin=f"{namespace}/{name}")
+    if outcome is not None:
+        _state(memo, namespace, name).record(outcome.phase, outcome.ready, by_handler=by_handler)
+        if outcome.moved:
+            await memo.feed.bump(origin=f"{namespace}/{name}")
     return outcome
 
 
-def _tell_kopf(outcome: Outcome | None, memo: kopf.Memo) -> None:
-    """An outcome as kopf's handler protocol: Invalid stops retrying, Error retries."""
+def _state(memo: kopf.Memo, namespace: str, name: str) -> PlanState:
+    plans: Plans = memo.plans
+    return plans.state(f"{namespace}/{name}")
+
+
+def _tell_kopf(outcome: Outcome | None, retry: int) -> None:
+    """An outcome as kopf's handler protocol: Invalid stops retrying, Error retries with backoff."""
     if outcome is None:
         return
     if outcome.phase is Phase.INVALID:
         raise kopf.PermanentError(outcome.message)
     if outcome.phase is Phase.ERROR:
-        raise kopf.TemporaryError(outcome.message, delay=min(memo.options.resync, 10.0))
+        raise kopf.TemporaryError(outcome.message, delay=backoff(retry + 1))
 
 
 @kopf.on.create(*PLAN)
-async def plan_created(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
-    _tell_kopf(await _reconcile(memo, namespace, name, Trigger.CREATED), memo)
+async def plan_created(memo: kopf.Memo, namespace: str | None, name: str, retry: int, **_: Any) -> None:
+    _tell_kopf(await _reconcile(memo, namespace, name, Trigger.CREATED), retry)
 
 
 @kopf.on.update(*PLAN, field="spec")
-async def plan_updated(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
-    _tell_kopf(await _reconcile(memo, namespace, name, Trigger.SPEC_CHANGED), memo)
+async def plan_updated(memo: kopf.Memo, namespace: str | None, name: str, retry: int, **_: Any) -> None:
+    _tell_kopf(await _reconcile(memo, namespace, name, Trigger.SPEC_CHANGED), retry)
 
 
 @kopf.on.resume(*PLAN)
-async def plan_resumed(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
-    _tell_kopf(await _reconcile(memo, namespace, name, Trigger.RESUMED), memo)
+async def plan_resumed(memo: kopf.Memo, namespace: str | None, name: str, retry: int, **_: Any) -> None:
+    _tell_kopf(await _reconcile(memo, namespace, name, Trigger.RESUMED), retry)
 
 
 @kopf.on.delete(*PLAN)
-async def plan_deleted(memo: kopf.Memo, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
+async def plan_deleted(
+    memo: kopf.Memo, body: kopf.Body, namespace: str | None, name: str, retry: int, **_: Any
+) -> None:
     service: PlanService = memo.service
-    changes = await asyncio.to_thread(service.cleanup, dict(body))
+    try:
+        changes = await asyncio.to_thread(service.cleanup, dict(body))
+    except ApiException as e:  # the finalizer stays; retried soon (kopf's default is a minute)
+        raise kopf.TemporaryError(f"clean-up failed: {api_error_message(e)}", delay=backoff(retry + 1)) from e
+    memo.plans.drop(f"{namespace}/{name}")
     if changes:
         await memo.feed.bump(origin=f"{namespace}/{name}")  # its cards are free for the others
 
@@ -121,39 +187,65 @@ async def follow_cluster(
     service: PlanService = memo.service
     assert namespace is not None  # plans are namespaced
     me = f"{namespace}/{name}"
+    state = _state(memo, namespace, name)
     seen = feed.version
-    phase, ready = Phase.APPLIED, False  # until the first check says otherwise: poll soon
-    while not stopped:
-        wait = options.ready_poll if phase is Phase.APPLIED and not ready else options.resync
-        changed = await _wait(feed, seen, wait, stopped)
-        if stopped:
-            break
-        try:
-            if changed:
-                version = await feed.settle(options.debounce, options.max_delay)
-                origins = feed.origins_since(seen)
-                seen = version
-                if origins == {me}:
-                    continue  # only our own placement changed: nothing new to plan against
-                why = Trigger.NODES_CHANGED if None in origins else Trigger.PLANS_CHANGED
-                outcome = await _reconcile(memo, namespace, name, why)
-            elif phase in (Phase.INFEASIBLE, Phase.ERROR):
-                outcome = await _reconcile(memo, namespace, name, Trigger.RETRY)
-            else:
-                outcome = await asyncio.to_thread(service.refresh_readiness, namespace, name)
-        except Exception:  # an API hiccup outside a reconcile: log it loudly, try again at the next resync
-            log.exception("%s: re-plan failed", me)
-            phase = Phase.ERROR
-            continue
-        if outcome is not None:
-            phase, ready = outcome.phase, outcome.ready
+    try:
+        while not stopped:
+            wait = state.next_wait(options.ready_poll, options.resync)
+            why = await _wait(feed, seen, wait, stopped, state)
+            if why is _Woken.STOPPED:
+                break
+            try:
+                if why is _Woken.FEED:
+                    version = await feed.settle(options.debounce, options.max_delay)
+                    origins = feed.origins_since(seen)
+                    seen = version
+                    if origins == {me}:
+                        continue  # only our own placement changed: nothing new to plan against
+                    why_replan = Trigger.NODES_CHANGED if None in origins else Trigger.PLANS_CHANGED
+                    await _reconcile(memo, namespace, name, why_replan, by_handler=False)
+                elif why is _Woken.STATE and not state.take_recheck():
+                    continue  # a handler's outcome: only the waits change
+                elif why is _Woken.TIMEOUT and (
+                    state.retrying() or state.phase in (Phase.INFEASIBLE, Phase.ERROR)
+                ):
+                    await _reconcile(memo, namespace, name, Trigger.RETRY, by_handler=False)
+                else:  # time to poll readiness, or the sweep saw the plan's pods change
+                    outcome = await asyncio.to_thread(service.refresh_readiness, namespace, name)
+                    if outcome is not None:
+                        state.checked(outcome.phase, outcome.ready)
+            except Exception as e:  # an API hiccup outside a reconcile: back off, then look again
+                state.failed()
+                log.warning("%s: re-plan or readiness check failed (%s); retry %d", me, e, state.failures)
+    finally:
+        memo.plans.drop(me)
 
 
-async def _wait(feed: ChangeFeed, seen: int, timeout: float, stopped: kopf.DaemonStopped) -> bool:
-    """Wait for a cluster change, a timeout, or the daemon being stopped (plan deleted, exit)."""
-    changed = asyncio.ensure_future(feed.wait_beyond(seen, timeout))
-    stop = asyncio.ensure_future(stopped.wait())
-    done, pending = await asyncio.wait({changed, stop}, return_when=asyncio.FIRST_COMPLETED)
+class _Woken(Enum):
+    FEED = "a cluster change"
+    STATE = "a reconcile elsewhere, or the plan's pods changed"
+    TIMEOUT = "time to look again"
+    STOPPED = "the plan is being deleted, or the operator stops"
+
+
+async def _wait(
+    feed: ChangeFeed, seen: int, timeout: float, stopped: kopf.DaemonStopped, state: PlanState
+) -> _Woken:
+    """Wait for a cluster change, news about the plan, a timeout, or the daemon being stopped."""
+    tasks = {
+        asyncio.ensure_future(feed.wait_beyond(seen, timeout)): _Woken.FEED,
+        asyncio.ensure_future(state.wake.wait()): _Woken.STATE,
+        asyncio.ensure_future(stopped.wait()): _Woken.STOPPED,
+    }
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
-    return changed in done and bool(changed.result())
+    await asyncio.gather(*pending, return_exceptions=True)
+    woken = {tasks[t] for t in done}
+    if stopped or _Woken.STOPPED in woken:
+        return _Woken.STOPPED
+    if _Woken.STATE in woken:
+        state.wake.clear()
+        return _Woken.STATE
+    feed_task = next(t for t, w in tasks.items() if w is _Woken.FEED)
+    return _Woken.FEED if feed_task in done and feed_task.result() else _Woken.TIMEOUT

@@ -146,10 +146,16 @@ class PlanService:
                     return self._api_failure(plan, e)
 
     def _api_failure(self, plan: PlanBody, error: ApiException) -> Outcome:
-        obj = cluster.read_plan(self.kube, plan.namespace, plan.name)
-        fresh = PlanBody.from_object(obj) if obj is not None else plan
-        new = st.error_status(fresh.status, plan.generation, api_error_message(error), self.clock())
-        return self._finish(fresh, new, Reason.API_ERROR, warn=True)
+        """Status says ``Error``; when even that cannot be written, the outcome still does."""
+        message = api_error_message(error)
+        try:
+            obj = cluster.read_plan(self.kube, plan.namespace, plan.name)
+            fresh = PlanBody.from_object(obj) if obj is not None else plan
+            new = st.error_status(fresh.status, plan.generation, message, self.clock())
+            return self._finish(fresh, new, Reason.API_ERROR, warn=True)
+        except ApiException as again:  # e.g. the API server is down: retried all the same
+            log.warning("%s: %s; status not written either: %s", plan.ref, message, api_error_message(again))
+            return Outcome(Phase.ERROR, f"apply failed: {message}")
 
     def _mark_planning(self, plan: PlanBody) -> PlanBody:
         """A new generation shows ``Planning`` while it is planned (the rest of status stays)."""
@@ -265,6 +271,10 @@ class PlanService:
             raise
 
     # --- readiness --------------------------------------------------------------------------
+
+    def operator_pods(self) -> list[dict[str, Any]]:
+        """Every plan's pods (the readiness sweep); a read, so no lock."""
+        return cluster.list_operator_pods(self.kube)
 
     def refresh_readiness(self, namespace: str, name: str) -> Outcome | None:
         """Re-check the ``Ready`` condition of an applied plan (its pods get scheduled later)."""
