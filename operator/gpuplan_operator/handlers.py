@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from enum import Enum
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -49,6 +49,7 @@ from gpuplan_operator.watch import ChangeFeed, NodeTracker
 from planner.vocab import GROUP, PLAN_LABEL, PLURAL, VERSION, plan_labels
 
 log = logging.getLogger("gpuplan_operator")
+T = TypeVar("T")
 PLAN = (GROUP, VERSION, PLURAL)
 WATCH_SECONDS = 15  # the API server ends each watch after this long; kopf resumes it at once
 WATCH_SILENCE = 20.0  # a watch silent this long is dead: re-open it (bookmarks would come each minute)
@@ -197,21 +198,24 @@ async def follow_cluster(
                 break
             try:
                 if why is _Woken.FEED:
-                    version = await feed.settle(options.debounce, options.max_delay)
+                    version = await _unless_stopped(feed.settle(options.debounce, options.max_delay), stopped)
+                    if version is None:
+                        break
                     origins = feed.origins_since(seen)
                     seen = version
                     if origins == {me}:
                         continue  # only our own placement changed: nothing new to plan against
                     why_replan = Trigger.NODES_CHANGED if None in origins else Trigger.PLANS_CHANGED
-                    await _reconcile(memo, namespace, name, why_replan, by_handler=False)
+                    await _unless_stopped(_reconcile(memo, namespace, name, why_replan, False), stopped)
                 elif why is _Woken.STATE and not state.take_recheck():
                     continue  # a handler's outcome: only the waits change
                 elif why is _Woken.TIMEOUT and (
                     state.retrying() or state.phase in (Phase.INFEASIBLE, Phase.ERROR)
                 ):
-                    await _reconcile(memo, namespace, name, Trigger.RETRY, by_handler=False)
+                    await _unless_stopped(_reconcile(memo, namespace, name, Trigger.RETRY, False), stopped)
                 else:  # time to poll readiness, or the sweep saw the plan's pods change
-                    outcome = await asyncio.to_thread(service.refresh_readiness, namespace, name)
+                    check = asyncio.to_thread(service.refresh_readiness, namespace, name)
+                    outcome = await _unless_stopped(check, stopped)
                     if outcome is not None:
                         state.checked(outcome.phase, outcome.ready)
             except Exception as e:  # an API hiccup outside a reconcile: back off, then look again
@@ -219,6 +223,30 @@ async def follow_cluster(
                 log.warning("%s: re-plan or readiness check failed (%s); retry %d", me, e, state.failures)
     finally:
         memo.plans.drop(me)
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, T], stopped: kopf.DaemonStopped) -> T | None:
+    """The work's result, or None as soon as the daemon is stopped (the plan is being deleted).
+
+    Waiting for a burst of changes to settle takes up to ``max_delay``, and a reconcile runs in a
+    thread that may wait for the service's lock behind a queue of clean-ups: kopf would cancel
+    (and run the deletion again for) a daemon that does not stop within its backoff. Abandoned
+    work finds the plan being deleted and does nothing.
+    """
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(stopped.wait())
+    await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    stop.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()  # a coroutine still waiting stops; a thread already running finishes unseen
+    task.add_done_callback(_quietly)
+    return None
+
+
+def _quietly(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("abandoned work of a stopped daemon failed: %s", task.exception())
 
 
 class _Woken(Enum):
