@@ -31,7 +31,21 @@ from typing import Any
 
 import yaml
 
-from e2e.support import METRICS_PORT_ENV, REPO, OperatorProcess, Samples, free_port, scrape, wait_for
+from e2e.support import (
+    GROUP,
+    METRICS_PORT_ENV,
+    REPO,
+    Api,
+    OperatorProcess,
+    Samples,
+    free_port,
+    label_key,
+    labelled_nodes,
+    placement,
+    scrape,
+    settled,
+    wait_for,
+)
 
 FIGURES = REPO / "e2e" / ".logs" / "chaos-figures.json"
 
@@ -284,3 +298,39 @@ class Sampler:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(30)
+
+
+# --- what a finished plan looks like ------------------------------------------------------------
+
+
+def converged(api: Api, ns: str, name: str) -> Callable[[], dict[str, Any] | None]:
+    """A probe: the plan is Applied and Ready for its latest spec, and the cluster holds all of it
+    (labels on exactly its nodes, its classes, a ConfigMap listing exactly its Deployments, a
+    bound pod for each): nothing half-written, nothing stale."""
+
+    def probe() -> dict[str, Any] | None:
+        status = settled(api, ns, name)()
+        if not status:
+            return None
+        nodes = {n for a in status.get("allocations") or [] for n in a["nodes"]}
+        if set(labelled_nodes(api, label_key(ns, name))) != nodes:
+            return None
+        if any(api.priority_class(pc) is None for pc in status["applied"]["priorityClasses"]):
+            return None
+        cm = api.configmap(ns, f"{name}-flamewakers")
+        if cm is None:
+            return None
+        entries = {e["name"] for e in yaml.safe_load(cm["data"]["values.yaml"])["flamewakers"]}
+        deployments = {
+            d["metadata"]["name"]
+            for d in api.deployments(ns)
+            if d["metadata"]["labels"].get(f"{GROUP}/plan") == name
+        }
+        if deployments and deployments != entries:
+            return None
+        where = placement(api, ns, name)
+        if len(where) < len(deployments) or "" in where.values():
+            return None
+        return status
+
+    return probe

@@ -52,20 +52,26 @@ class PlanState:
     def __init__(self) -> None:
         self.phase: Phase | None = None  # None: no reconcile ended yet; check soon
         self.ready = False
-        self.kopf_retries = False  # the last outcome came from a handler: kopf retries an Error
         self.failures = 0  # failed attempts in a row (a reconcile in Error, or a read that raised)
         self.recheck = False  # the plan's pods changed since readiness was last checked
+        self.stale = False  # a check found a status that does not describe the current spec
         self.wake = asyncio.Event()
 
-    def record(self, phase: Phase, ready: bool, by_handler: bool = False) -> None:
+    def record(self, phase: Phase, ready: bool) -> None:
         """A reconcile ended (in a handler or in the daemon): wake the daemon to re-plan its waits."""
-        self.phase, self.ready, self.kopf_retries = phase, ready, by_handler
+        self.phase, self.ready, self.stale = phase, ready, False
         self.failures = self.failures + 1 if phase is Phase.ERROR else 0
         self.wake.set()
 
-    def checked(self, phase: Phase, ready: bool) -> None:
-        """A readiness check ended (the phase is what status says; only ``ready`` is new)."""
-        self.phase, self.ready, self.failures = phase, ready, 0
+    def checked(self, phase: Phase, ready: bool, stale: bool = False) -> None:
+        """A readiness check ended (the phase is what status says; only ``ready`` is new).
+
+        ``stale``: the status does not describe the current spec. Unless a reconcile records an
+        outcome before the next look, the daemon reconciles the plan itself: kopf drops a
+        create or update whose own patch (finalizer, progress) the API server refused, until
+        some later event about the plan comes.
+        """
+        self.phase, self.ready, self.failures, self.stale = phase, ready, 0, stale
 
     def failed(self) -> None:
         """An attempt raised before it could record anything (e.g. the API server is down)."""
@@ -80,8 +86,18 @@ class PlanState:
         return recheck
 
     def retrying(self) -> bool:
-        """Is the daemon the one to retry? (kopf retries what its handlers raised)."""
-        return self.failures > 0 and not self.kopf_retries
+        """Did the last attempt fail? The daemon retries it, whoever made it.
+
+        kopf retries a handler's ``TemporaryError`` only if it can record that it must: when its
+        own patch of the plan fails too (the API server refusing writes), the retry is lost until
+        the next event. The daemon's retry does not depend on it; a retry that finds the work
+        done writes nothing.
+        """
+        return self.failures > 0
+
+    def must_reconcile(self) -> bool:
+        """At the end of a wait: should the daemon reconcile rather than check readiness?"""
+        return self.retrying() or self.stale or self.phase in (Phase.INFEASIBLE, Phase.ERROR)
 
     def next_wait(
         self, ready_poll: float, resync: float, jitter: Callable[[], float] = random.random
@@ -89,7 +105,7 @@ class PlanState:
         """How long the daemon may sleep before it must look at the cluster again."""
         if self.retrying():
             return backoff(self.failures, jitter)
-        if self.phase is None or (self.phase is Phase.APPLIED and not self.ready):
+        if self.phase is None or self.stale or (self.phase is Phase.APPLIED and not self.ready):
             return ready_poll
         return resync
 

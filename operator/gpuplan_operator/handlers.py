@@ -20,9 +20,10 @@ Notes
   started with the operator lists the plans' pods every ``ready_poll`` (one request) and wakes
   the daemons of plans whose pods changed (deleted by hand, rescheduled).
 - Failures retry with exponential backoff (:func:`~.follow.backoff`, 1 s doubling to 10 s, with
-  jitter): kopf's ``TemporaryError`` delay for handlers (its ``retry`` count), the daemon's own
-  wait for the daemon's reconciles and reads. An API error in the delete handler is retried the
-  same way, never with kopf's default of a minute.
+  jitter): kopf's ``TemporaryError`` delay for handlers (its ``retry`` count), and the daemon's
+  own wait, which retries every failed reconcile whoever ran it (kopf loses a handler's retry
+  when it cannot patch the plan to record it), and reconciles a plan whose status still does not
+  describe its spec a poll after finding it so. The delete handler retries its clean-up itself.
 - Watches are re-opened every ``WATCH_SECONDS`` by the API server and abandoned by the client when
   silent for ``WATCH_SILENCE`` seconds (a stream that ends without a word, kopf's known failure
   mode): changes missed meanwhile arrive when the watch resumes from its last resourceVersion.
@@ -111,16 +112,14 @@ async def _sweep_pods(memo: kopf.Memo) -> None:
             log.debug("%s: its pods changed: re-check readiness", key)
 
 
-async def _reconcile(
-    memo: kopf.Memo, namespace: str | None, name: str, trigger: Trigger, by_handler: bool = True
-) -> Outcome | None:
+async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str, trigger: Trigger) -> Outcome | None:
     """Reconcile in a worker thread; tell the plan's daemon how it ended; wake the other plans
     when this one's placement moved."""
     service: PlanService = memo.service
     assert namespace is not None  # plans are namespaced
     outcome = await asyncio.to_thread(service.reconcile, namespace, name, trigger)
     if outcome is not None:
-        _state(memo, namespace, name).record(outcome.phase, outcome.ready, by_handler=by_handler)
+        _state(memo, namespace, name).record(outcome.phase, outcome.ready)
         if outcome.moved:
             await memo.feed.bump(origin=f"{namespace}/{name}")
     return outcome
@@ -157,14 +156,26 @@ async def plan_resumed(memo: kopf.Memo, namespace: str | None, name: str, retry:
 
 
 @kopf.on.delete(*PLAN)
-async def plan_deleted(
-    memo: kopf.Memo, body: kopf.Body, namespace: str | None, name: str, retry: int, **_: Any
-) -> None:
+async def plan_deleted(memo: kopf.Memo, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
+    """Undo everything the plan wrote; retried here, with backoff, until the API server lets it.
+
+    Not through kopf's ``TemporaryError``: kopf records each retry by patching the plan, and when
+    the API server refuses that patch too, kopf forgets the deletion until some later event about
+    the plan, which for a plan being deleted never comes (and no daemon runs for it any more).
+    """
     service: PlanService = memo.service
-    try:
-        changes = await asyncio.to_thread(service.cleanup, dict(body))
-    except ApiException as e:  # the finalizer stays; retried soon (kopf's default is a minute)
-        raise kopf.TemporaryError(f"clean-up failed: {api_error_message(e)}", delay=backoff(retry + 1)) from e
+    failures = 0
+    while True:
+        try:
+            changes = await asyncio.to_thread(service.cleanup, dict(body))
+            break
+        except ApiException as e:  # the finalizer stays until the clean-up is done
+            failures += 1
+            delay = backoff(failures)
+            log.warning(
+                "%s/%s: clean-up failed (%s); again in %.1fs", namespace, name, api_error_message(e), delay
+            )
+            await asyncio.sleep(delay)
     memo.plans.drop(f"{namespace}/{name}")
     if changes:
         await memo.feed.bump(origin=f"{namespace}/{name}")  # its cards are free for the others
@@ -206,21 +217,20 @@ async def follow_cluster(
                     if origins == {me}:
                         continue  # only our own placement changed: nothing new to plan against
                     why_replan = Trigger.NODES_CHANGED if None in origins else Trigger.PLANS_CHANGED
-                    await _unless_stopped(_reconcile(memo, namespace, name, why_replan, False), stopped)
+                    await _unless_stopped(_reconcile(memo, namespace, name, why_replan), stopped)
                 elif why is _Woken.STATE and not state.take_recheck():
                     continue  # a handler's outcome: only the waits change
-                elif why is _Woken.TIMEOUT and (
-                    state.retrying() or state.phase in (Phase.INFEASIBLE, Phase.ERROR)
-                ):
-                    await _unless_stopped(_reconcile(memo, namespace, name, Trigger.RETRY, False), stopped)
+                elif why is _Woken.TIMEOUT and state.must_reconcile():
+                    await _unless_stopped(_reconcile(memo, namespace, name, Trigger.RETRY), stopped)
                 else:  # time to poll readiness, or the sweep saw the plan's pods change
                     check = asyncio.to_thread(service.refresh_readiness, namespace, name)
                     outcome = await _unless_stopped(check, stopped)
                     if outcome is not None:
-                        state.checked(outcome.phase, outcome.ready)
+                        state.checked(outcome.phase, outcome.ready, outcome.stale)
             except Exception as e:  # an API hiccup outside a reconcile: back off, then look again
                 state.failed()
-                log.warning("%s: re-plan or readiness check failed (%s); retry %d", me, e, state.failures)
+                why = api_error_message(e) if isinstance(e, ApiException) else repr(e)
+                log.warning("%s: re-plan or readiness check failed (%s); retry %d", me, why, state.failures)
     finally:
         memo.plans.drop(me)
 

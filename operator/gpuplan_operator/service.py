@@ -79,6 +79,7 @@ class Outcome:
     message: str
     moved: bool = False  # the plan's applied placement changed: other plans may re-plan
     ready: bool = False
+    stale: bool = False  # (readiness checks) status does not describe the current spec yet
 
 
 class PlanService:
@@ -283,9 +284,10 @@ class PlanService:
             if plan is None:
                 return None
             old = plan.status
+            stale = old.get("observedGeneration") != plan.generation
             if old.get("phase") != Phase.APPLIED:
                 phase = old.get("phase") or Phase.PLANNING.value
-                return Outcome(Phase(phase), str(old.get("message") or ""))
+                return Outcome(Phase(phase), str(old.get("message") or ""), stale=stale)
             deployments = cluster.list_plan_deployments(self.kube, namespace, name) if plan.deploy else []
             pods = cluster.list_plan_pods(self.kube, namespace, name) if plan.deploy else []
             ready = readiness(deployments, pods, plan.label_key, plan.deploy)
@@ -295,7 +297,7 @@ class PlanService:
                 log.info("%s: Ready=%s: %s", plan.ref, ready.ready, ready.message)
                 if ready.ready:
                     self.events(plan, "Normal", Reason.READY, ready.message)
-            return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready)
+            return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready, stale=stale)
 
     # --- deletion ---------------------------------------------------------------------------
 

@@ -52,18 +52,18 @@ def state_after(*steps: tuple[str, Any]) -> PlanState:
     ("steps", "wait"),
     [
         pytest.param([], POLL, id="nothing known yet: look soon"),
-        pytest.param([("record", (Phase.APPLIED, False, True))], POLL,
+        pytest.param([("record", (Phase.APPLIED, False))], POLL,
                      id="a handler applied a spec change and pods are pending: poll readiness"),
-        pytest.param([("record", (Phase.APPLIED, True, True))], RESYNC, id="applied and ready: resync"),
-        pytest.param([("record", (Phase.APPLIED, True)), ("record", (Phase.APPLIED, False, True))], POLL,
+        pytest.param([("record", (Phase.APPLIED, True))], RESYNC, id="applied and ready: resync"),
+        pytest.param([("record", (Phase.APPLIED, True)), ("record", (Phase.APPLIED, False))], POLL,
                      id="ready, then an update handler's reconcile is not: poll again"),
         pytest.param([("record", (Phase.INFEASIBLE, False))], RESYNC, id="infeasible: re-plan at resync"),
-        pytest.param([("record", (Phase.INVALID, False, True))], RESYNC, id="invalid: nothing to poll"),
+        pytest.param([("record", (Phase.INVALID, False))], RESYNC, id="invalid: nothing to poll"),
         pytest.param([("record", (Phase.ERROR, False))], 1.0, id="the daemon's reconcile failed: back off"),
         pytest.param([("record", (Phase.ERROR, False)), ("record", (Phase.ERROR, False))], 2.0,
                      id="twice in a row: twice as long"),
-        pytest.param([("record", (Phase.ERROR, False, True))], RESYNC,
-                     id="a handler's reconcile failed: kopf retries it, the daemon does not"),
+        pytest.param([("record", (Phase.ERROR, False))], 1.0,
+                     id="a handler's reconcile failed: the daemon retries it too (kopf may lose its retry)"),
         pytest.param([("record", (Phase.ERROR, False)), ("record", (Phase.APPLIED, True))], RESYNC,
                      id="a success resets the failures"),
         pytest.param([("checked", (Phase.APPLIED, True)), ("failed", None), ("failed", None)], 2.0,
@@ -76,10 +76,19 @@ def test_the_daemon_waits_by_the_last_outcome_whoever_ran_it(
     assert state_after(*steps).next_wait(POLL, RESYNC, no_jitter) == pytest.approx(wait)
 
 
+def test_a_stale_status_makes_the_daemon_reconcile_unless_someone_else_does() -> None:
+    """kopf drops a create whose finalizer patch failed: the daemon must not wait for it forever."""
+    state = PlanState()
+    state.checked(Phase.PLANNING, False, stale=True)
+    assert state.next_wait(POLL, RESYNC, no_jitter) == POLL and state.must_reconcile()
+    state.record(Phase.APPLIED, True)  # the handler got there first
+    assert not state.must_reconcile() and state.next_wait(POLL, RESYNC, no_jitter) == RESYNC
+
+
 def test_recording_an_outcome_wakes_the_daemon() -> None:
     state = PlanState()
     assert not state.wake.is_set()
-    state.record(Phase.APPLIED, False, by_handler=True)
+    state.record(Phase.APPLIED, False)
     assert state.wake.is_set() and not state.take_recheck()
 
 

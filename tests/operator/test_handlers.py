@@ -144,6 +144,19 @@ def test_failed_retries_of_the_daemon_back_off() -> None:
     run(scenario, service)
 
 
+def test_a_plan_kopf_never_handled_is_reconciled_by_its_daemon() -> None:
+    """The create handler never ran (kopf's finalizer patch was refused): the status stays stale."""
+    stale = Outcome(Phase.PLANNING, "", stale=True)
+    service = ScriptedService([APPLIED_READY], [stale])
+
+    async def scenario(memo: kopf.Memo, service: ScriptedService) -> None:
+        await until("the daemon's own reconcile", lambda: service.count("reconcile") >= 1)
+        assert service.calls[-1][0] == f"reconcile:{Trigger.RETRY}"
+        assert service.count("readiness") >= 1, "it looked first, and found the status stale"
+
+    run(scenario, service)
+
+
 @pytest.mark.parametrize(
     ("phase", "raises"),
     [

@@ -263,3 +263,13 @@ def test_a_failing_read_of_the_cluster_is_reported_as_error() -> None:
     out = svc.reconcile("ns", "p")
     assert out is not None and out.phase == "Error" and "503" in out.message
     assert status(kube)["phase"] == "Error"
+
+
+def test_a_readiness_check_says_when_status_lags_the_spec() -> None:
+    kube = p4_cluster(1)
+    kube.put(PLANS_NS, plan(requests={"face_1vn": {"P4": 8}}))
+    svc, _ = service(kube)
+    svc.reconcile("ns", "p")
+    assert not svc.refresh_readiness("ns", "p").stale  # type: ignore[union-attr]
+    kube.get_obj(PLANS_NS, "p")["metadata"]["generation"] = 2  # type: ignore[index]
+    assert svc.refresh_readiness("ns", "p").stale  # type: ignore[union-attr]
