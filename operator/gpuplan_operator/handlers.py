@@ -229,8 +229,8 @@ async def follow_cluster(
                         state.checked(outcome.phase, outcome.ready, outcome.stale)
             except Exception as e:  # an API hiccup outside a reconcile: back off, then look again
                 state.failed()
-                why = api_error_message(e) if isinstance(e, ApiException) else repr(e)
-                log.warning("%s: re-plan or readiness check failed (%s); retry %d", me, why, state.failures)
+                error = api_error_message(e) if isinstance(e, ApiException) else repr(e)
+                log.warning("%s: re-plan or readiness check failed (%s); retry %d", me, error, state.failures)
     finally:
         memo.plans.drop(me)
 
