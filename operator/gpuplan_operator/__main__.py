@@ -62,6 +62,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-delay", type=float, default=d.max_delay, help="longest wait in a burst")
     p.add_argument("--resync", type=float, default=d.resync, help="re-plan failed plans this often")
     p.add_argument("--ready-poll", type=float, default=d.ready_poll, help="readiness checks while pending")
+    p.add_argument(
+        "--node-grace", type=float, default=d.node_grace,
+        help="seconds a node may be not Ready before its instances move (default %(default)s)",
+    )  # fmt: skip
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
 
@@ -151,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_delay=args.max_delay,
         resync=args.resync,
         ready_poll=args.ready_poll,
+        node_grace=args.node_grace,
     )
     metrics = Metrics()
     memo = kopf.Memo(options=options, write_observer=_fault_injection(), metrics=metrics)

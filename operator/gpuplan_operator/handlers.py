@@ -12,6 +12,8 @@ Notes
   :class:`kopf.TemporaryError` (retried with a delay). The per-plan daemon reads outcomes as
   values and never goes through exceptions.
 - Nodes are watched with an event handler, never a daemon or timer, so no finalizer lands on them.
+  A node that stops being Ready is looked at again when its grace (``--node-grace``) runs out, by
+  a timer on the event loop: no node event marks that moment.
   Each plan has a daemon that waits on the feed and re-plans after a burst settles; daemons also
   poll readiness while pods are pending and re-plan Infeasible plans every ``resync``.
 - Every reconcile, handler or daemon, records its outcome in the plan's
@@ -78,7 +80,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.options = options
     memo.service = PlanService(kube, options, post_event, metrics=memo.get("metrics") or Metrics())
     memo.feed = ChangeFeed()
-    memo.nodes = NodeTracker()
+    memo.nodes = NodeTracker(options.node_grace)
+    memo.node_timers = {}
+    memo.background = set()
     memo.plans = Plans()
     memo.sweep = asyncio.create_task(_sweep_pods(memo), name="gpuplan pod sweep")
 
@@ -184,9 +188,33 @@ async def plan_deleted(memo: kopf.Memo, body: kopf.Body, namespace: str | None, 
 @kopf.on.event("", "v1", "nodes")
 async def node_event(memo: kopf.Memo, event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
     tracker: NodeTracker = memo.nodes
+    name = str(body.get("metadata", {}).get("name"))
     if tracker.observe(event.get("type"), body):
-        log.debug("node %s changed (%s): re-plan", body.get("metadata", {}).get("name"), event.get("type"))
+        log.debug("node %s changed (%s): re-plan", name, event.get("type"))
         await memo.feed.bump(origin=None)
+    _time_node_grace(memo, name)
+
+
+def _time_node_grace(memo: kopf.Memo, name: str) -> None:
+    """A node that is not Ready: look at it again when its grace runs out (no event says so)."""
+    timers: dict[str, asyncio.TimerHandle] = memo.node_timers
+    tracker: NodeTracker = memo.nodes
+    if (old := timers.pop(name, None)) is not None:
+        old.cancel()
+    delay = tracker.recheck_in(name)
+    if delay is None:
+        return
+
+    def fire() -> None:
+        timers.pop(name, None)
+        if tracker.recheck(name):
+            log.info("node %s has not been Ready for %.0fs: re-plan without it", name, tracker.grace)
+            bump = asyncio.ensure_future(memo.feed.bump(origin=None))
+            memo.background.add(bump)  # keep a reference until it is done
+            bump.add_done_callback(memo.background.discard)
+        _time_node_grace(memo, name)
+
+    timers[name] = asyncio.get_running_loop().call_later(delay + 0.5, fire)
 
 
 @kopf.daemon(*PLAN, cancellation_backoff=2.0, cancellation_timeout=5.0)

@@ -12,6 +12,10 @@ carried: a node-triggered re-plan must see the status the last reconcile wrote, 
 from a stale ``previous`` and move instances for nothing. The plan becomes a
 :class:`~.body.PlanBody` right there and stays one.
 
+Nodes are planned as :func:`~.watch.planning_view` shows them: a node that has not been Ready
+for less than ``node_grace`` seconds keeps its instances (a flap moves nothing); after that it is
+unschedulable and they move.
+
 The flow does not double back: reads happen first (:mod:`.cluster`), what to write is computed
 without I/O (:mod:`.writes`), the writes are performed (:mod:`.apply`), and the status is derived
 from what happened (:mod:`.status`). Results, not exceptions, leave this module: an
@@ -43,6 +47,7 @@ from gpuplan_operator.kube import KubeApi, api_error_message
 from gpuplan_operator.metrics import PLAN_STATUS, Metrics, Trigger
 from gpuplan_operator.readiness import readiness
 from gpuplan_operator.status import Phase, Reason
+from gpuplan_operator.watch import NODE_GRACE, planning_view, utcnow
 from gpuplan_operator.writes import Changes, OwnershipConflict, apply_writes, cleanup_writes
 from planner.errors import InvalidInput
 from planner.model import PlanSpec
@@ -71,6 +76,7 @@ class Options:
     max_delay: float = 10.0  # re-plan at the latest this long after the first change of a burst
     resync: float = 60.0  # Infeasible/Error plans re-plan this often; Ready is re-checked too
     ready_poll: float = 2.0  # while pods are pending, check readiness this often
+    node_grace: float = NODE_GRACE  # a node not Ready this long is planned as unschedulable
 
 
 @dataclass(frozen=True)
@@ -179,8 +185,12 @@ class PlanService:
 
         read = cluster.read_cluster(self.kube)
         pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans))
+        at = utcnow()
+        nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
         try:
-            snap = snapshot(read.nodes, pods, reserve.reserved_by_others(read.plans, plan.uid))
+            snap = snapshot(
+                {**read.nodes, "items": nodes}, pods, reserve.reserved_by_others(read.plans, plan.uid)
+            )
         except InvalidInput as e:  # the cluster, not the spec: e.g. no nodes at all
             new = st.infeasible_status(plan.status, plan.generation, f"cluster snapshot: {e}", now)
             return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
@@ -201,7 +211,7 @@ class PlanService:
             new = st.dry_run_status(plan.status, plan.generation, result, now)
             return self._finish(plan, new, Reason.DRY_RUN, warn=False)
         in_use = reserve.priority_classes_in_use(read.plans, plan.uid)
-        return self._apply(plan, spec, result, desired, read.nodes["items"], in_use)
+        return self._apply(plan, spec, result, desired, nodes, in_use)
 
     def _plan(self, spec: PlanSpec, snap: Any, previous: Previous | None) -> PlanResult:
         started = time.perf_counter()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -273,3 +274,25 @@ def test_a_readiness_check_says_when_status_lags_the_spec() -> None:
     assert not svc.refresh_readiness("ns", "p").stale  # type: ignore[union-attr]
     kube.get_obj(PLANS_NS, "p")["metadata"]["generation"] = 2  # type: ignore[index]
     assert svc.refresh_readiness("ns", "p").stale  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("down_for", "moves"),
+    [
+        pytest.param(5, False, id="not Ready for 5 s (a flap): its instance stays"),
+        pytest.param(120, True, id="not Ready for two minutes: its instance moves"),
+    ],
+)
+def test_a_node_that_is_not_ready_keeps_its_instance_for_the_grace(down_for: int, moves: bool) -> None:
+    kube = p4_cluster()
+    kube.put(PLANS_NS, plan(requests=FACE4, deploy=True))
+    svc, _ = service(kube)
+    svc.reconcile("ns", "p")
+    since = (datetime.now(UTC) - timedelta(seconds=down_for)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sick = kube.get_obj(NODES, "p4-3")
+    assert sick is not None
+    sick["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+    sick["status"]["conditions"] = [{"type": "Ready", "status": "False", "lastTransitionTime": since}]
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Applied" and out.moved == moves
+    assert ("p4-3" in labelled(kube)) != moves
