@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
@@ -175,5 +176,32 @@ def test_handlers_tell_kopf_and_the_daemon(phase: Phase, raises: type[Exception]
             assert 0.8 * 8 <= (caught.value.delay or 0) <= 1.2 * 8, "the fourth try waits ~8 s"
         state = memo.plans.state("ns/p")
         assert state.phase is phase and state.wake.is_set()
+
+    asyncio.run(main())
+
+
+def test_a_node_down_for_its_whole_grace_wakes_the_plans_without_an_event() -> None:
+    """No node event marks the end of the grace: a timer does."""
+
+    async def main() -> None:
+        memo = memo_for(ScriptedService([APPLIED_READY], [APPLIED_READY]))
+        memo.nodes = NodeTracker(grace=1.0)
+        memo.node_timers, memo.background = {}, set()
+        healthy = {
+            "metadata": {"name": "n"},
+            "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+        await call(handlers.node_event, memo=memo, event={"type": None}, body=healthy)
+        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        down = {
+            "metadata": {"name": "n"},
+            "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": since}]},
+        }
+        await call(handlers.node_event, memo=memo, event={"type": "MODIFIED"}, body=down)
+        assert memo.feed.version == 0, "a node just gone NotReady is not a change yet"
+        await until("the grace to run out", lambda: memo.feed.version == 1)
+        assert memo.node_timers == {}, "once is enough"
 
     asyncio.run(main())
