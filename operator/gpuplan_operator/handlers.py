@@ -26,6 +26,8 @@ Notes
   own wait, which retries every failed reconcile whoever ran it (kopf loses a handler's retry
   when it cannot patch the plan to record it), and reconciles a plan whose status still does not
   describe its spec a poll after finding it so. The delete handler retries its clean-up itself.
+- With ``--peering``, each replica renews its peering record every 10-15 s for ``PEERING_LIFETIME``
+  (20 s): when the acting replica dies, another takes over within 20 s of its last renewal.
 - Watches are re-opened every ``WATCH_SECONDS`` by the API server and abandoned by the client when
   silent for ``WATCH_SILENCE`` seconds (a stream that ends without a word, kopf's known failure
   mode): changes missed meanwhile arrive when the watch resumes from its last resourceVersion.
@@ -55,6 +57,7 @@ log = logging.getLogger("gpuplan_operator")
 T = TypeVar("T")
 PLAN = (GROUP, VERSION, PLURAL)
 WATCH_SECONDS = 15  # the API server ends each watch after this long; kopf resumes it at once
+PEERING_LIFETIME = 20  # a replica silent this long is dead: with --peering, another takes over
 WATCH_SILENCE = 20.0  # a watch silent this long is dead: re-open it (bookmarks would come each minute)
 
 
@@ -75,6 +78,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.watching.server_timeout = WATCH_SECONDS
     settings.watching.client_timeout = WATCH_SILENCE
     settings.watching.inactivity_timeout = WATCH_SILENCE
+    settings.peering.lifetime = PEERING_LIFETIME  # kopf's default is 60 s
     options = memo.get("options") or Options()
     kube = Kube(load_api_client(), observer=memo.get("write_observer"))
     memo.options = options
