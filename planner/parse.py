@@ -35,6 +35,7 @@ from planner.vocab import API_VERSION, KIND, SEED_KEY
 _LINK_RE = re.compile(r"^(share|detach)-(\d+)-(\d+)$")
 _SEED_LONG = {"resource_num": "resourceNum", "machine_num": "machineNum"}
 CONFIG_PLAN_NAME = "ragnaros"  # the plan a ragnaros_operator_config JSON becomes
+MAX_COUNT = 1_000_000  # cards (or machines) one request may ask for
 
 
 def _mapping(value: Any, field: str) -> Mapping[str, Any]:
@@ -51,6 +52,8 @@ def _count(value: Any, field: str) -> int:
     number: int = value
     if number < 0:
         raise InvalidInput(field, f"must not be negative, got {number}")
+    if number > MAX_COUNT:  # no cluster has that many; planning would enumerate their splits
+        raise InvalidInput(field, f"at most {MAX_COUNT} cards, got {number:.3g}")
     return number
 
 
