@@ -197,7 +197,6 @@ class ControlPlane:
             assert pid is not None and self.alive(pid), f"{c} is not running ({state_dir})"
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 self.argv[c] = [a.decode() for a in f.read().split(b"\0") if a]
-        self._children: list[subprocess.Popen[bytes]] = []
 
     def pid(self, component: str) -> int | None:
         try:
@@ -222,27 +221,26 @@ class ControlPlane:
         pid = self.pid(component)
         assert pid is not None
         os.kill(pid, sig)
-        for child in self._children:
-            child.poll()  # reap what we started, or it lingers as a zombie
         wait_for(f"{component} to exit", lambda: not self.alive(pid), timeout=30, interval=0.1)
 
     def start(self, component: str) -> None:
-        with open(self.state_dir / "logs" / f"{component}.log", "ab") as log:
-            proc = subprocess.Popen(
-                self.argv[component],
-                cwd=self.state_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # outlives the test session, like kwokctl's processes
-            )
-        self._children.append(proc)
-        (self.state_dir / "pids" / f"{component}.pid").write_text(str(proc.pid))
+        """Start a component from its command line, detached (a child of init, as kwokctl's are:
+        no Popen object of ours outlives the test run, nothing is left a zombie)."""
+        log = self.state_dir / "logs" / f"{component}.log"
+        launch = 'setsid "$@" </dev/null >>"$LOG" 2>&1 & echo $!'
+        proc = subprocess.run(
+            ["bash", "-c", launch, "start", *self.argv[component]],
+            cwd=self.state_dir,
+            env={**os.environ, "LOG": str(log)},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        (self.state_dir / "pids" / f"{component}.pid").write_text(proc.stdout.strip())
 
     def revive(self) -> list[str]:
         """Start every component that is not running (they exit on a lost leader lease)."""
-        for child in self._children:
-            child.poll()
         dead = [c for c in self.COMPONENTS if not self.running(c)]
         for c in dead:
             self.start(c)

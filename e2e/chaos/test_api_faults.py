@@ -161,13 +161,14 @@ def test_api_server_restarted_mid_apply(
 ) -> None:
     nodes = make_nodes("restart", 6)
     starts = chaos_operator.starts
+    writes_at_start = faults.stats()["writes"].get("operator", 0)
     faults.hold("operator", after=5)  # Planning status, then a few node labels, then it waits
     kubectl.apply(plan_manifest(ns, "bounce", spec_for(nodes, 6)))
     wait_for(
         "the apply to reach the held write", lambda: faults.stats()["held"] >= 1, timeout=60, interval=0.2
     )
     killed = time.monotonic()
-    writes_before = faults.stats()["writes"].get("operator", 0)
+    writes_before = faults.stats()["writes"].get("operator", 0) - writes_at_start
     control_plane.stop("kube-apiserver")
     faults.release()  # the held writes meet a dead API server
     time.sleep(3)
