@@ -46,8 +46,9 @@ from planner.cli import main as gpuplan_main
 
 BASE = yaml.safe_load((REPO / "examples" / "image-fence.yaml").read_text())
 NODES = str(REPO / "examples" / "nodes.yaml")
-ONE_LINE = re.compile(r"^gpuplan: invalid input: (?P<field>[^:\n]+): [^\n]+\n$")
-INVALID = re.compile(r"^invalid spec: (?P<field>[^:]+): ")
+# one line, "<field>: <what is wrong>" (a field may hold a colon: a request named ":")
+ONE_LINE = re.compile(r"^gpuplan: invalid input: (?P<field>\S[^\n]*?): [^\n]+\n$")
+INVALID = re.compile(r"^invalid spec: (?P<field>\S[^\n]*?): ")
 
 leaves = (
     st.none()
