@@ -11,10 +11,10 @@ Notes
   (status already says why; no retries until the spec changes), Error raises
   :class:`kopf.TemporaryError` (retried with a delay). The per-plan daemon reads outcomes as
   values and never goes through exceptions.
-- Nodes are watched with an event handler, never a daemon or timer, so no finalizer lands on them.
-  A node that stops being Ready is looked at again when its grace (``--node-grace``) runs out, by
-  a timer on the event loop: no node event marks that moment.
-  Each plan has a daemon that waits on the feed and re-plans after a burst settles; daemons also
+- Nodes are watched with an event handler, never a daemon, so no finalizer lands on them. A node
+  that stops being Ready is looked at again when its grace (``--node-grace``) runs out, by a
+  timer on the event loop: no node event marks that moment.
+- Each plan has a daemon that waits on the feed and re-plans after a burst settles; daemons also
   poll readiness while pods are pending and re-plan Infeasible plans every ``resync``.
 - Every reconcile, handler or daemon, records its outcome in the plan's
   :class:`~.follow.PlanState` (``memo.plans``), which wakes the daemon: after a spec change the
@@ -113,7 +113,8 @@ async def _sweep_pods(memo: kopf.Memo) -> None:
             pods = await asyncio.to_thread(service.operator_pods)
         except Exception as e:  # the API server is away: the daemons' own polls still run
             failures += 1
-            log.warning("listing the plans' pods failed (%s); again in a moment", e)
+            error = api_error_message(e) if isinstance(e, ApiException) else repr(e)
+            log.warning("listing the plans' pods failed (%s); again in a moment", error)
             continue
         failures = 0
         for key in plans.sweep(pods, lambda name: plan_labels(name)[PLAN_LABEL]):
