@@ -7,8 +7,8 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test unit e2e lint bench bench-planner bench-operator bench-loadtest golden helm image \
-	cluster-up cluster-down demo clean
+.PHONY: help install test unit e2e chaos lint bench bench-planner bench-operator bench-loadtest golden helm \
+	image cluster-up cluster-down demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -20,7 +20,7 @@ $(BIN)/python:
 install: $(BIN)/python ## create .venv and install gpuplan with its test and lint tools
 	$(BIN)/pip install -q -e '.[operator,loadtest,test,lint]'
 
-test: unit e2e ## run every test: unit, property, loadtest, chart, then e2e on the local cluster
+test: unit e2e chaos ## run every test: unit, property, loadtest, chart, then e2e and the fault suite on the local cluster
 
 unit: ## unit and property tests (no cluster needed)
 	$(BIN)/pytest -q tests
@@ -28,7 +28,12 @@ unit: ## unit and property tests (no cluster needed)
 e2e: ## end-to-end tests against a real local control plane (starts it; clears the demo first)
 	bash hack/cluster-up.sh
 	bash hack/demo.sh --clean
-	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e
+	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e --ignore=e2e/chaos
+
+chaos: ## the fault suite on the local cluster: concurrency, freshness, API faults, churn, peering, fuzz (~10 min)
+	bash hack/cluster-up.sh
+	bash hack/demo.sh --clean
+	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e/chaos
 
 lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift, doc references
 	$(BIN)/ruff check planner gpuplan operator loadtest tests bench e2e

@@ -36,6 +36,7 @@ from planner.vocab import API_VERSION, KIND, SEED_KEY
 _LINK_RE = re.compile(r"^(share|detach)-(\d+)-(\d+)$")
 _SEED_LONG = {"resource_num": "resourceNum", "machine_num": "machineNum"}
 CONFIG_PLAN_NAME = "ragnaros"  # the plan a ragnaros_operator_config JSON becomes
+MAX_COUNT = 1_000_000  # cards (or machines) one request may ask for
 
 
 def _mapping(value: Any, field: str) -> Mapping[str, Any]:
@@ -52,6 +53,8 @@ def _count(value: Any, field: str) -> int:
     number: int = value
     if number < 0:
         raise InvalidInput(field, f"must not be negative, got {number}")
+    if number > MAX_COUNT:  # no cluster has that many; planning would enumerate their splits
+        raise InvalidInput(field, f"at most {MAX_COUNT} cards, got {number:.3g}")
     return number
 
 
@@ -100,7 +103,7 @@ def parse_spec(spec: Mapping[str, Any], name: str, namespace: str) -> PlanSpec:
     operators = _parse_operators(spec.get("operators"))
     requests = _parse_requests(spec.get("requests"), resources, operators)
     scoring = spec.get("scoring", DEFAULT_SCORING) or DEFAULT_SCORING
-    if scoring not in SCORINGS:
+    if not isinstance(scoring, str) or scoring not in SCORINGS:
         raise InvalidInput("scoring", f"must be one of {', '.join(SCORINGS)}, got {scoring!r}")
     flags = {}
     for key in ("deploy", "dryRun"):
@@ -146,7 +149,7 @@ def _parse_resources(value: Any) -> tuple[ResourceType, ...]:
         if any(r.name == name for r in out):
             raise InvalidInput(f"{field}.name", f"resource {name!r} is listed twice")
         kind = item.get("kind", ResourceKind.GPU.value)
-        if kind not in {k.value for k in ResourceKind}:
+        if not isinstance(kind, str) or kind not in {k.value for k in ResourceKind}:
             raise InvalidInput(
                 f"{field}.kind", f"must be {one_of(k.value for k in ResourceKind)}, got {kind!r}"
             )
@@ -191,7 +194,7 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
         strategy_text = item.get("keyStrategy", base.key_strategy.value if base else None)
         if strategy_text is None:
             raise InvalidInput(f"{field}.keyStrategy", "is required for an operator not in the catalog")
-        if strategy_text not in {s.value for s in KEY_STRATEGIES}:
+        if not isinstance(strategy_text, str) or strategy_text not in {s.value for s in KEY_STRATEGIES}:
             raise InvalidInput(
                 f"{field}.keyStrategy",
                 f"must be {one_of(s.value for s in KEY_STRATEGIES)}, got {strategy_text!r}",

@@ -16,6 +16,7 @@ Score terms are exact fractions: the search compares sums of them, and a float w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -53,7 +54,9 @@ Admissible = Callable[[int, int, int, int | None], list[Verdict]]  # (p, usable 
 
 
 def divisors(p: int) -> list[int]:
-    return [k for k in range(1, p + 1) if p % k == 0]
+    """Every k dividing p, ascending; pairs up to the square root (p may be a million)."""
+    small = [k for k in range(1, math.isqrt(p) + 1) if p % k == 0]
+    return small + [p // k for k in reversed(small) if k * k != p]
 
 
 def fits(p: int, k: int, largest: int) -> str | None:

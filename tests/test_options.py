@@ -75,3 +75,12 @@ def test_v2_prefers_spread_service_and_concentrated_machine() -> None:
     mac, _ = splits("machine", 8, 4, 8, scoring="v2")
     assert svc[0][:2] == (4, 2)
     assert mac[0][:2] == (1, 8)
+
+
+def test_divisors_pair_up_to_the_square_root() -> None:
+    """Found by the fault suite's fuzz: enumerating up to p hung on a request of 1e30 cards."""
+    from planner.strategies import divisors
+
+    for p in range(0, 3000):
+        assert divisors(p) == [k for k in range(1, p + 1) if p % k == 0], p
+    assert divisors(1_000_000)[-3:] == [250_000, 500_000, 1_000_000]

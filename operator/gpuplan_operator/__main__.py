@@ -71,6 +71,10 @@ def parser() -> argparse.ArgumentParser:
         "--priority-base", type=int, default=d.priority_base, metavar="N",
         help="PriorityClass values: N + 1000 per card of the instance (default %(default)s)",
     )  # fmt: skip
+    p.add_argument(
+        "--node-grace", type=float, default=d.node_grace,
+        help="seconds a node may be not Ready before its instances move (default %(default)s)",
+    )  # fmt: skip
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument(
         "--log-format", choices=sorted(LOG_FORMATS), default="text",
@@ -166,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         resync=args.resync,
         ready_poll=args.ready_poll,
         priority_base=args.priority_base,
+        node_grace=args.node_grace,
     )
     metrics = Metrics()
     memo = kopf.Memo(options=options, write_observer=_fault_injection(), metrics=metrics)

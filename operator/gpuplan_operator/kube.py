@@ -8,7 +8,10 @@ generated typed models would convert every object twice (and drop fields the mod
 know), so this class borrows only the client's configuration, authentication, TLS and connection
 pool, and speaks JSON paths directly. Errors are the client's own
 :class:`kubernetes.client.exceptions.ApiException`, raised for every non-2xx answer, so callers
-never mistake a failure for success.
+never mistake a failure for success. A request that gets no answer at all (the API server
+restarting, a connection reset) is an :class:`ApiException` too, with status 0 as the client
+itself uses for TLS failures, so it takes the same retry path as a 5xx and never escapes as a
+urllib3 error that no caller expects.
 
 One instance is built at start-up (kept in kopf's ``memo``) and shared by the handler threads
 and the apply's writer threads; urllib3's pool is thread-safe. :class:`KubeApi` is the interface
@@ -24,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
+import urllib3.exceptions
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -55,7 +59,12 @@ def _query_value(value: Any) -> Any:
 
 
 def api_error_message(error: ApiException) -> str:
-    """The API server's own one-line message (``Status.message``) rather than headers and all."""
+    """The API server's own one-line message (``Status.message``) rather than headers and all.
+
+    Status 0 is the client's word for "no answer at all" (refused, reset, timed out).
+    """
+    if not error.status:
+        return str(error.reason)
     try:
         body = json.loads(error.body or "")
         if isinstance(body, dict) and body.get("message"):
@@ -184,11 +193,15 @@ class Kube(RestVerbs):
             observed.before_write()
         accepted = False
         try:
-            # the REST layer serialises a dict as JSON for JSON and structured-YAML content types
-            response = self.api.rest_client.request(  # type: ignore[no-untyped-call]
-                method, url, headers=headers, body=body, _request_timeout=self.timeout
-            )
-            data = response.read()
+            try:
+                # the REST layer serialises a dict as JSON for JSON and structured-YAML content types
+                response = self.api.rest_client.request(  # type: ignore[no-untyped-call]
+                    method, url, headers=headers, body=body, _request_timeout=self.timeout
+                )
+                data = response.read()
+            except urllib3.exceptions.HTTPError as e:  # refused, reset, timed out: no answer
+                reason = f"{method} {path}: no answer from the API server ({e})"
+                raise ApiException(status=0, reason=reason) from e
             if not 200 <= response.status <= 299:
                 raise ApiException(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
             accepted = True

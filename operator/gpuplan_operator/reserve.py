@@ -8,6 +8,8 @@ Two plans must never book the same card, and nothing may be counted twice:
   units), which the operator writes when it has applied that plan and keeps while the plan is
   Infeasible, Invalid or a dry run (its outputs stay in place then). Reading what was *applied*,
   not the other plan's spec, stays right while that spec is being edited.
+- PriorityClasses are shared by name (one per card count); a class is kept while a live plan
+  other than the one being applied or deleted lists it in ``status.applied.priorityClasses``.
 - Pods are counted only when no plan accounts for them: pods the operator deployed carry
   ``app.kubernetes.io/managed-by=gpuplan``, and pods Ragnaros starts from a plan's values.yaml
   select the plan's node label key. Both are already inside their plan's reservation (or are
@@ -78,10 +80,16 @@ def foreign_pods(pods_doc: Mapping[str, Any], keys: set[str]) -> dict[str, Any]:
 
 
 def priority_classes_in_use(plans: Iterable[PlanBody], uid: str) -> set[str]:
-    """PriorityClasses other plans applied (a plan being deleted still counts until it is gone)."""
+    """PriorityClasses other live plans applied.
+
+    A plan being deleted uses none: its own clean-up is under way. Counting it would make plans
+    deleted together (``kubectl delete gpuplans --all``) keep each other's classes alive, and the
+    last clean-up would still see the others (their finalizers not yet removed) and leave the
+    class behind. A live plan that wants a class again re-creates it on its next apply.
+    """
     out: set[str] = set()
     for plan in plans:
-        if plan.uid == uid:
+        if plan.uid == uid or plan.deleting:
             continue
         applied = plan.status.get("applied") or {}
         out.update(str(n) for n in applied.get("priorityClasses") or [])

@@ -12,6 +12,10 @@ carried: a node-triggered re-plan must see the status the last reconcile wrote, 
 from a stale ``previous`` and move instances for nothing. The plan becomes a
 :class:`~.body.PlanBody` right there and stays one.
 
+Nodes are planned as :func:`~.watch.planning_view` shows them: a node that has not been Ready
+for less than ``node_grace`` seconds keeps its instances (a flap moves nothing); after that it is
+unschedulable and they move.
+
 The flow does not double back: reads happen first (:mod:`.cluster`), what to write is computed
 without I/O (:mod:`.writes`), the writes are performed (:mod:`.apply`), and the status is derived
 from what happened (:mod:`.status`). Results, not exceptions, leave this module: an
@@ -43,6 +47,7 @@ from gpuplan_operator.kube import KubeApi, api_error_message
 from gpuplan_operator.metrics import PLAN_STATUS, Metrics, Trigger
 from gpuplan_operator.readiness import readiness
 from gpuplan_operator.status import Phase, Reason
+from gpuplan_operator.watch import NODE_GRACE, planning_view, utcnow
 from gpuplan_operator.writes import Changes, OwnershipConflict, apply_writes, cleanup_writes
 from planner.errors import InvalidInput
 from planner.model import PlanSpec
@@ -72,6 +77,7 @@ class Options:
     resync: float = 60.0  # Infeasible/Error plans re-plan this often; Ready is re-checked too
     ready_poll: float = 2.0  # while pods are pending, check readiness this often
     priority_base: int = PRIORITY_BASE  # an N-card PriorityClass has the value base + N·1000
+    node_grace: float = NODE_GRACE  # a node not Ready this long is planned as unschedulable
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,7 @@ class Outcome:
     message: str
     moved: bool = False  # the plan's applied placement changed: other plans may re-plan
     ready: bool = False
+    stale: bool = False  # (readiness checks) status does not describe the current spec yet
 
 
 class PlanService:
@@ -148,10 +155,16 @@ class PlanService:
                     return self._api_failure(plan, e)
 
     def _api_failure(self, plan: PlanBody, error: ApiException) -> Outcome:
-        obj = cluster.read_plan(self.kube, plan.namespace, plan.name)
-        fresh = PlanBody.from_object(obj) if obj is not None else plan
-        new = st.error_status(fresh.status, plan.generation, api_error_message(error), self.clock())
-        return self._finish(fresh, new, Reason.API_ERROR, warn=True)
+        """Status says ``Error``; when even that cannot be written, the outcome still does."""
+        message = api_error_message(error)
+        try:
+            obj = cluster.read_plan(self.kube, plan.namespace, plan.name)
+            fresh = PlanBody.from_object(obj) if obj is not None else plan
+            new = st.error_status(fresh.status, plan.generation, message, self.clock())
+            return self._finish(fresh, new, Reason.API_ERROR, warn=True)
+        except ApiException as again:  # e.g. the API server is down: retried all the same
+            log.warning("%s: %s; status not written either: %s", plan.ref, message, api_error_message(again))
+            return Outcome(Phase.ERROR, f"apply failed: {message}")
 
     def _mark_planning(self, plan: PlanBody) -> PlanBody:
         """A new generation shows ``Planning`` while it is planned (the rest of status stays)."""
@@ -176,9 +189,11 @@ class PlanService:
         started = time.perf_counter()
         read = cluster.read_cluster(self.kube)
         pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans))
+        at = utcnow()
+        nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
         try:
             snap = snapshot(
-                read.nodes,
+                {**read.nodes, "items": nodes},
                 pods,
                 reserve.reserved_by_others(read.plans, plan.uid),
                 slices_doc=read.slices,
@@ -209,7 +224,7 @@ class PlanService:
             new = st.dry_run_status(plan.status, plan.generation, result, now)
             return self._finish(plan, new, Reason.DRY_RUN, warn=False)
         in_use = reserve.priority_classes_in_use(read.plans, plan.uid)
-        return self._apply(plan, spec, result, desired, read.nodes["items"], in_use)
+        return self._apply(plan, spec, result, desired, nodes, in_use)
 
     def _plan(self, spec: PlanSpec, snap: Any, previous: Previous | None) -> PlanResult:
         started = time.perf_counter()
@@ -284,6 +299,10 @@ class PlanService:
 
     # --- readiness --------------------------------------------------------------------------
 
+    def operator_pods(self) -> list[dict[str, Any]]:
+        """Every plan's pods (the readiness sweep); a read, so no lock."""
+        return cluster.list_operator_pods(self.kube)
+
     def refresh_readiness(self, namespace: str, name: str) -> Outcome | None:
         """Re-check the ``Ready`` condition of an applied plan (its pods get scheduled later)."""
         with self.lock:
@@ -291,9 +310,10 @@ class PlanService:
             if plan is None:
                 return None
             old = plan.status
+            stale = old.get("observedGeneration") != plan.generation
             if old.get("phase") != Phase.APPLIED:
                 phase = old.get("phase") or Phase.PLANNING.value
-                return Outcome(Phase(phase), str(old.get("message") or ""))
+                return Outcome(Phase(phase), str(old.get("message") or ""), stale=stale)
             deployments = cluster.list_plan_deployments(self.kube, namespace, name) if plan.deploy else []
             pods = cluster.list_plan_pods(self.kube, namespace, name) if plan.deploy else []
             ready = readiness(deployments, pods, plan.label_key, plan.deploy)
@@ -303,7 +323,7 @@ class PlanService:
                 log.info("%s: Ready=%s: %s", plan.ref, ready.ready, ready.message)
                 if ready.ready:
                     self.events(plan, "Normal", Reason.READY, ready.message)
-            return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready)
+            return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready, stale=stale)
 
     # --- deletion ---------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import pytest
@@ -75,3 +76,18 @@ def test_errors_raise_with_the_servers_message() -> None:
 def test_delete_of_something_gone_is_not_an_error() -> None:
     kube, _ = kube_with(404, {"kind": "Status", "reason": "NotFound"})
     assert kube.delete("/api/v1/nodes/gone") is False
+
+
+def test_no_answer_at_all_is_an_api_error_too() -> None:
+    """A restarting API server (refused, reset) takes the retry path of a 5xx, not a urllib3 crash."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = client.Configuration(host=f"http://127.0.0.1:{port}")
+    cfg.retries = False  # fail at once; urllib3 would otherwise retry connecting
+    kube = Kube(client.ApiClient(cfg), timeout=2)
+    with pytest.raises(ApiException) as err:
+        kube.merge_patch("/api/v1/nodes/n1", {"metadata": {}}, "gpuplan-operator")
+    assert err.value.status == 0
+    assert api_error_message(err.value).startswith("PATCH /api/v1/nodes/n1: no answer from the API server")
+    assert kube.writes == 0

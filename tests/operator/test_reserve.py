@@ -74,3 +74,12 @@ def test_priority_classes_in_use_by_others() -> None:
     a = with_applied(plan("a"), {}, ["ragnaros-cluster-critical-4"])
     me = with_applied(plan("me"), {}, ["ragnaros-cluster-critical-8"])
     assert reserve.priority_classes_in_use(bodies(a, me), "uid-me") == {"ragnaros-cluster-critical-4"}
+
+
+def test_a_plan_being_deleted_uses_no_priority_class() -> None:
+    """Plans deleted together: each clean-up must not keep a class alive for the others (issue 11)."""
+    going = with_applied(plan("going"), {}, ["ragnaros-cluster-critical-1"])
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    staying = with_applied(plan("staying"), {}, ["ragnaros-cluster-critical-4"])
+    got = reserve.priority_classes_in_use(bodies(going, staying), "uid-me")
+    assert got == {"ragnaros-cluster-critical-4"}

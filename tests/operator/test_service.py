@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -164,6 +165,23 @@ def test_deleting_removes_everything_but_classes_others_use() -> None:
     assert p_pcs - q_pcs, "the test needs a class only p used"
 
 
+def test_plans_deleted_together_leave_no_priority_class() -> None:
+    """``kubectl delete gpuplans --all``: every plan is being deleted when the first clean-up runs."""
+    kube = p4_cluster()
+    for name in "abc":
+        kube.put(PLANS_NS, plan(name, requests={"face_1vn": {"P4": 1}}))
+    svc, _ = service(kube)
+    for name in "abc":
+        assert svc.reconcile("ns", name).phase == "Applied"  # type: ignore[union-attr]
+    assert [pc["metadata"]["name"] for pc in kube.items(PCS)] == ["ragnaros-cluster-critical-1"]
+    for name in "abc":
+        kube.get_obj(PLANS_NS, name)["metadata"]["deletionTimestamp"] = NOW  # type: ignore[index]
+    for name in "abc":  # each clean-up runs while the others still exist (their finalizers)
+        svc.cleanup(kube.get_obj(PLANS_NS, name))  # type: ignore[arg-type]
+    assert kube.items(PCS) == []
+    assert all(not labelled(kube, f"gpuplan.ragnaros.io/ns.{n}") for n in "abc")
+
+
 def test_detached_link_services_get_their_own_priority_classes() -> None:
     kube = p4_cluster()
     kube.put(
@@ -246,3 +264,35 @@ def test_a_failing_read_of_the_cluster_is_reported_as_error() -> None:
     out = svc.reconcile("ns", "p")
     assert out is not None and out.phase == "Error" and "503" in out.message
     assert status(kube)["phase"] == "Error"
+
+
+def test_a_readiness_check_says_when_status_lags_the_spec() -> None:
+    kube = p4_cluster(1)
+    kube.put(PLANS_NS, plan(requests={"face_1vn": {"P4": 8}}))
+    svc, _ = service(kube)
+    svc.reconcile("ns", "p")
+    assert not svc.refresh_readiness("ns", "p").stale  # type: ignore[union-attr]
+    kube.get_obj(PLANS_NS, "p")["metadata"]["generation"] = 2  # type: ignore[index]
+    assert svc.refresh_readiness("ns", "p").stale  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("down_for", "moves"),
+    [
+        pytest.param(5, False, id="not Ready for 5 s (a flap): its instance stays"),
+        pytest.param(120, True, id="not Ready for two minutes: its instance moves"),
+    ],
+)
+def test_a_node_that_is_not_ready_keeps_its_instance_for_the_grace(down_for: int, moves: bool) -> None:
+    kube = p4_cluster()
+    kube.put(PLANS_NS, plan(requests=FACE4, deploy=True))
+    svc, _ = service(kube)
+    svc.reconcile("ns", "p")
+    since = (datetime.now(UTC) - timedelta(seconds=down_for)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sick = kube.get_obj(NODES, "p4-3")
+    assert sick is not None
+    sick["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+    sick["status"]["conditions"] = [{"type": "Ready", "status": "False", "lastTransitionTime": since}]
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Applied" and out.moved == moves
+    assert ("p4-3" in labelled(kube)) != moves

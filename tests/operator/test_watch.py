@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from gpuplan_operator.watch import ChangeFeed, NodeTracker, node_fingerprint
+import pytest
+from gpuplan_operator.watch import ChangeFeed, NodeTracker, node_fingerprint, planning_view
 
 from planner.vocab import is_plan_label_key as is_plan_label
 from tests.operator.builders import node
@@ -21,7 +24,7 @@ def test_our_own_label_writes_do_not_change_the_fingerprint() -> None:
     before = node("a")
     after = copy.deepcopy(before)
     after["metadata"]["labels"]["gpuplan.ragnaros.io/ns.plan"] = "a"
-    after["status"]["conditions"] = [{"type": "Ready", "lastHeartbeatTime": "now"}]
+    after["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "now"}]
     assert node_fingerprint(before) == node_fingerprint(after)
 
 
@@ -56,3 +59,59 @@ def test_feed_wakes_waiters_and_settles_a_burst() -> None:
     timed_out, woke, version, origins = asyncio.run(scenario())
     assert timed_out is False and woke is True
     assert version == 2 and origins == {None, "ns/a"}
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+GPU_TAINT = {"key": "gpu", "value": "reserved", "effect": "NoSchedule"}
+
+
+def with_health(ready: str | None, since: datetime = T0, *taints: dict[str, str]) -> dict[str, Any]:
+    n = node("a", taints=list(taints)) if taints else node("a")
+    if ready is not None:
+        stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+        n["status"]["conditions"] = [{"type": "Ready", "status": ready, "lastTransitionTime": stamp}]
+    return n
+
+
+def planned(n: dict[str, Any], seconds: float) -> tuple[bool, list[str]]:
+    view = planning_view(n, T0 + timedelta(seconds=seconds), grace=60)
+    spec = view.get("spec") or {}
+    return bool(spec.get("unschedulable")), [t["key"] for t in spec.get("taints") or []]
+
+
+@pytest.mark.parametrize(
+    ("n", "seconds", "unschedulable", "taints"),
+    [
+        pytest.param(with_health("True", T0, NOT_READY), 0, False, [],
+                     id="Ready with a taint the node controller has not removed yet: usable"),
+        pytest.param(with_health("False", T0, NOT_READY), 1, False, [],
+                     id="not Ready for a second (a flap): planned as healthy"),
+        pytest.param(with_health("Unknown", T0, NOT_READY, GPU_TAINT), 59, False, ["gpu"],
+                     id="unreachable for 59 s: only its own taints count"),
+        pytest.param(with_health("False", T0, NOT_READY), 60, True, ["node.kubernetes.io/not-ready"],
+                     id="not Ready for the whole grace: unschedulable"),
+        pytest.param(with_health(None, T0, NOT_READY), 600, False, ["node.kubernetes.io/not-ready"],
+                     id="no Ready condition yet (being set up): its taints stand"),
+    ],
+)  # fmt: skip
+def test_node_health_has_a_grace_period(
+    n: dict[str, Any], seconds: float, unschedulable: bool, taints: list[str]
+) -> None:
+    assert planned(n, seconds) == (unschedulable, taints)
+
+
+def test_a_flapping_node_changes_no_fingerprint_and_a_dead_one_does_once_its_grace_ends() -> None:
+    t = NodeTracker(grace=60)
+    assert not t.observe(None, with_health("True"), T0)
+    for i in range(1, 30):  # a minute of flapping, each flip a node event with a new taint state
+        flap = (
+            with_health("False", T0 + timedelta(seconds=2 * i), NOT_READY) if i % 2 else with_health("True")
+        )
+        assert not t.observe("MODIFIED", flap, T0 + timedelta(seconds=2 * i)), f"flip {i} re-planned"
+    dead = with_health("False", T0 + timedelta(seconds=100), NOT_READY)
+    assert not t.observe("MODIFIED", dead, T0 + timedelta(seconds=100))
+    assert t.recheck_in("a", T0 + timedelta(seconds=130)) == pytest.approx(30)
+    assert not t.recheck("a", T0 + timedelta(seconds=130)), "still within its grace"
+    assert t.recheck("a", T0 + timedelta(seconds=160)), "down for the whole grace: re-plan"
+    assert t.recheck_in("a") is None and not t.recheck("a"), "once is enough"
