@@ -36,7 +36,7 @@ from planner.vocab import API_VERSION, KIND, SEED_KEY
 _LINK_RE = re.compile(r"^(share|detach)-(\d+)-(\d+)$")
 _SEED_LONG = {"resource_num": "resourceNum", "machine_num": "machineNum"}
 CONFIG_PLAN_NAME = "ragnaros"  # the plan a ragnaros_operator_config JSON becomes
-MAX_COUNT = 1_000_000  # cards (or machines) one request may ask for
+MAX_COUNT = 100_000  # cards (or machines) per request: as the CRD schema and admission policy say
 
 
 def _mapping(value: Any, field: str) -> Mapping[str, Any]:
