@@ -280,23 +280,36 @@ def _values_yaml(flamewakers: Sequence[Flamewaker]) -> str:
     return yaml.dump(doc, Dumper=_DUMPER, sort_keys=False, allow_unicode=True)
 
 
-def _entry_texts(flamewakers: Sequence[Flamewaker]) -> list[str]:
+def _split_entries(flamewakers: Sequence[Flamewaker]) -> list[str]:
     """Each entry's text in the values.yaml of all of them, dumped once: ``_HEAD`` + any run of
     them, joined, is the values.yaml of that run (top-level items are the lines starting ``- ``;
     everything nested is indented)."""
-    if not flamewakers:
-        return []
     text = _values_yaml(flamewakers)
     assert text.startswith(_HEAD) and text.endswith("\n")
-    lines = text[len(_HEAD) :].splitlines(keepends=True)
     out: list[str] = []
-    for line in lines:
+    for line in text[len(_HEAD) :].splitlines(keepends=True):
         if line.startswith("- ") or not out:
             out.append(line)
         else:
             out[-1] += line
     assert len(out) == len(flamewakers), "values.yaml items do not line up with the entries"
     return out
+
+
+_TEXTS: dict[str, str] = {}  # an entry (as JSON, key order kept) -> its values.yaml text
+_TEXTS_KEPT = 50_000  # entries remembered: a re-plan moves a few, the rest dump from memory
+
+
+def _entry_texts(flamewakers: Sequence[Flamewaker]) -> list[str]:
+    """Each entry's values.yaml text. A re-plan of a 2,500-instance plan changes a handful of
+    entries; dumping only those keeps a node cordon's re-plan from re-dumping them all."""
+    keys = [json.dumps(f.entry, ensure_ascii=False) for f in flamewakers]
+    missing = {k: f for k, f in zip(keys, flamewakers, strict=True) if k not in _TEXTS}
+    if missing:
+        if len(_TEXTS) + len(missing) > _TEXTS_KEPT:
+            _TEXTS.clear()
+        _TEXTS.update(zip(missing, _split_entries(list(missing.values())), strict=True))
+    return [_TEXTS[k] for k in keys]
 
 
 def values_yaml(spec: PlanSpec, result: PlanResult) -> str:
