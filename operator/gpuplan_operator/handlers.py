@@ -30,7 +30,7 @@ from gpuplan_operator.kube import Kube, load_api_client
 from gpuplan_operator.metrics import Metrics, Trigger
 from gpuplan_operator.service import Options, Outcome, PlanService
 from gpuplan_operator.status import Phase
-from gpuplan_operator.watch import ChangeFeed, NodeTracker, slice_fingerprint
+from gpuplan_operator.watch import ChangeFeed, NodeTracker, slice_fingerprint, topology_fingerprint
 from planner.vocab import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("gpuplan_operator")
@@ -59,6 +59,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.feed = ChangeFeed()
     memo.nodes = NodeTracker()
     memo.slices = NodeTracker(slice_fingerprint)
+    memo.topologies = NodeTracker(topology_fingerprint)
 
 
 async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str, trigger: Trigger) -> Outcome | None:
@@ -119,6 +120,18 @@ async def slice_event(memo: kopf.Memo, event: Mapping[str, Any], body: kopf.Body
     Slices are per node and change when devices come or go, not on heartbeats; a cluster that does
     not serve resource.k8s.io/v1 has none, and kopf leaves this handler idle."""
     tracker: NodeTracker = memo.slices
+    if tracker.observe(event.get("type"), body):
+        await memo.feed.bump(origin=None)
+
+
+@kopf.on.event("topology.node.k8s.io", "v1alpha2", "noderesourcetopologies")
+async def topology_event(memo: kopf.Memo, event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    """A node's NUMA zones appeared, changed size or went (NodeResourceTopology): plans re-plan.
+
+    The topology updater rewrites these objects every minute and whenever pods come and go; only
+    a change of the zones' shape, their capacity or allocatable, or the kubelet's policy counts
+    (:func:`~.watch.topology_fingerprint`). Without the CRD kopf leaves this handler idle."""
+    tracker: NodeTracker = memo.topologies
     if tracker.observe(event.get("type"), body):
         await memo.feed.bump(origin=None)
 

@@ -47,6 +47,38 @@ def slice_fingerprint(slice_: Mapping[str, Any]) -> Fingerprint:
     return (json.dumps(slice_.get("spec") or {}, sort_keys=True),)
 
 
+def topology_fingerprint(nrt: Mapping[str, Any]) -> Fingerprint:
+    """A NodeResourceTopology matters through its zones' shape and sizes and the kubelet's policy.
+
+    ``available`` is left out: it moves whenever a pod holding GPUs or exclusive CPUs starts or
+    stops (this operator's own pods included, which would re-plan every plan for nothing), and it
+    is read afresh at every re-plan, as pods are.
+    """
+    zones = tuple(
+        (
+            z.get("name"),
+            z.get("type"),
+            tuple(
+                sorted(
+                    (str(r.get("name")), str(r.get("capacity")), str(r.get("allocatable")))
+                    for r in z.get("resources") or []
+                    if isinstance(r, Mapping)
+                )
+            ),
+        )
+        for z in nrt.get("zones") or []
+        if isinstance(z, Mapping)
+    )
+    attributes = tuple(
+        sorted(
+            (str(a.get("name")), str(a.get("value")))
+            for a in nrt.get("attributes") or []
+            if isinstance(a, Mapping)
+        )
+    )
+    return (zones, attributes)
+
+
 class NodeTracker:
     """Remembers each object's fingerprint; says whether an event changed anything that matters."""
 
