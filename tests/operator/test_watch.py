@@ -56,3 +56,20 @@ def test_feed_wakes_waiters_and_settles_a_burst() -> None:
     timed_out, woke, version, origins = asyncio.run(scenario())
     assert timed_out is False and woke is True
     assert version == 2 and origins == {None, "ns/a"}
+
+
+def test_a_topology_matters_through_its_zones_sizes_not_what_is_available() -> None:
+    from gpuplan_operator.watch import topology_fingerprint
+
+    from tests.test_zones import nrt
+
+    t = NodeTracker(topology_fingerprint)
+    before = nrt("n0", [(4, 4), (4, 4)])
+    assert not t.observe(None, before)
+    busier = nrt("n0", [(4, 1), (4, 4)])  # a pod started: only `available` moved
+    assert not t.observe("MODIFIED", busier), "pods coming and going are read at the next re-plan"
+    smaller = nrt("n0", [(4, 1), (2, 2)])
+    assert t.observe("MODIFIED", smaller), "a zone lost cards"
+    strict = nrt("n0", [(4, 1), (2, 2)], policy="single-numa-node")
+    assert t.observe("MODIFIED", strict), "the kubelet's policy changed"
+    assert t.observe("DELETED", strict)
