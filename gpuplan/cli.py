@@ -71,6 +71,8 @@ def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previou
     seen = live.read(args.kubeconfig, args.context, spec.namespace, spec.name)
     if not args.quiet:
         print(f"gpuplan: read {len(seen.nodes['items'])} nodes from {seen.server}", file=sys.stderr)
+    for line in seen.skipped:  # even with -q: the plan was made without them
+        print(f"gpuplan: {line}", file=sys.stderr)
     if previous is None and seen.own_status and seen.own_status.get("allocations"):
         previous = _previous_from(seen.own_status, f"the cluster's {spec.namespace}/{spec.name}")
     snap = snapshot(
