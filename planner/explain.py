@@ -141,7 +141,7 @@ def _device_lines(problem: TypeProblem, item: Item, a: Allocation, proven: bool)
             else:
                 why = _straddle_why(problem, item, a, proven)
                 lines.append(f"      devices {where}: straddles domains: {why}")
-    single = {n for n, h in problem.hosts.items() if h.single_numa}
+    single = {n for n, h in problem.hosts.items() if h.single_numa} if a.zones else set()
     for node, instances in a.zones:
         counts: dict[str, int] = {}
         for zones in instances:

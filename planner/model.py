@@ -189,8 +189,8 @@ class Node:
     devices: tuple[Device, ...] = ()  # its GPUs one by one, when a driver publishes them (DRA)
     topology: NodeTopology | None = None  # its NUMA zones (NodeResourceTopology), without DRA
     # zone -> resource name -> units the plan itself (own), and other plans (reserved), placed
-    own_zones: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False, hash=False)
-    reserved_zones: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False, hash=False)
+    own_zones: Mapping[str, Mapping[str, int]] | None = field(default=None, compare=False, hash=False)
+    reserved_zones: Mapping[str, Mapping[str, int]] | None = field(default=None, compare=False, hash=False)
 
     @cached_property
     def label_map(self) -> dict[str, str]:

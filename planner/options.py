@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from planner.devices import STANDARD_DOMAIN, Device, Domain, domains_of
 from planner.model import Node, PlanSpec, Request, ResourceKind, ResourceType, Snapshot
@@ -89,9 +89,8 @@ class TypeProblem:
     zoned: frozenset[str] = frozenset()
     zone_notes: tuple[str, ...] = ()
     cpu_note: str | None = None  # a CPU type: the CPU the plan's GPU pods take on its nodes
-    # per usable node, for sizing CPU requests: allocatable cpu (millicores) and cards, free cpu
-    # (millicores), and whether its kubelet refuses pods not aligned on one NUMA node
-    hosts: Mapping[str, Host] = field(default_factory=dict, compare=False)
+    # the usable nodes themselves, for :attr:`hosts` (read only by CPU sizing and its warnings)
+    usable: tuple[Node, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def topology_aware(self) -> bool:
@@ -106,6 +105,24 @@ class TypeProblem:
             f"no node is labelled {self.resource.selector_text}: using the free "
             f"{self.resource.resource_name} of every schedulable node"
         )
+
+    @cached_property
+    def hosts(self) -> dict[str, Host]:
+        """Per usable node, for sizing CPU requests: allocatable cpu (millicores) and cards, free
+        cpu (millicores), and whether its kubelet refuses pods not aligned on one NUMA node.
+        Worked out on first use: most plans ask for no CPU and never need it."""
+        name = self.resource.resource_name
+        return {
+            n.name: Host(
+                cpu=n.allocatable_units("cpu"),
+                cards=sum(d.total for d in self.domains[n.name])
+                if n.name in self.domains
+                else n.allocatable_units(name),
+                cpu_free=n.free_units("cpu"),
+                single_numa=n.topology is not None and n.topology.single_numa,
+            )
+            for n in self.usable
+        }
 
     @property
     def largest(self) -> int:
@@ -216,21 +233,10 @@ def build_problems(spec: PlanSpec, snap: Snapshot, only: Collection[str] | None 
             for i, r in enumerate(requests)
         )  # fmt: skip
         devices = {n.name: {d.name: d for d in n.devices} for n in usable if n.name in domains and n.devices}
-        hosts = {
-            n.name: Host(
-                cpu=n.allocatable_units("cpu"),
-                cards=sum(d.total for d in domains[n.name])
-                if n.name in domains
-                else n.allocatable_units(resource.resource_name),
-                cpu_free=n.free_units("cpu"),
-                single_numa=n.topology is not None and n.topology.single_numa,
-            )
-            for n in usable
-        }
         out.append(
             TypeProblem(
                 resource, nodes, items, any_node, domains, devices, spec.topology_attribute,
-                zoned=frozenset(zoned), zone_notes=tuple(notes), hosts=hosts,
+                zoned=frozenset(zoned), zone_notes=tuple(notes), usable=tuple(usable),
             )
         )  # fmt: skip
     return out

@@ -415,6 +415,7 @@ def snapshot(
     held = parse_claims(claims_doc) if claims_doc is not None else set()
     devices = parse_slices(slices_doc, held, reserved_devices) if slices_doc is not None else {}
     topologies = parse_topologies(topology_doc) if topology_doc is not None else {}
+    own, others = own_zones or {}, reserved_zones or {}
     used: dict[str, dict[str, int]] = {n: dict(r) for n, r in (reserved or {}).items()}
     if pods_doc is not None:
         for i, pod in enumerate(_items(pods_doc, "pods", "Pod")):
@@ -434,8 +435,8 @@ def snapshot(
                 taints=n.taints,
                 devices=devices.get(n.name, ()),
                 topology=topologies.get(n.name),
-                own_zones=(own_zones or {}).get(n.name) or {},
-                reserved_zones=(reserved_zones or {}).get(n.name) or {},
+                own_zones=own.get(n.name),
+                reserved_zones=others.get(n.name),
             )
             for n in nodes
         )

@@ -155,13 +155,17 @@ def pod_cpu(problem: TypeProblem, group: PodGroup) -> int | None:
     return int(share // MILLI) * MILLI
 
 
-def cpu_by_node(
-    spec: PlanSpec, problems: Sequence[TypeProblem], allocations: Sequence[Allocation]
-) -> dict[str, int]:
-    """Node -> the millicores the plan's GPU pods request there."""
+def concerned(spec: PlanSpec, allocations: Iterable[Allocation]) -> bool:
+    """Does any allocation ask for CPU or sit in NUMA zones? Only then is the layout walked (a
+    5,000-node plan has thousands of entries, and most plans neither)."""
+    return any(a.zones or spec.operator(a.operator).cpu_request is not None for a in allocations)
+
+
+def cpu_by_node(problems: Sequence[TypeProblem], groups: Iterable[PodGroup]) -> dict[str, int]:
+    """Node -> the millicores the plan's GPU pods (``groups``, from :func:`layout`) request there."""
     by_type = {p.resource.name: p for p in problems}
     out: dict[str, int] = {}
-    for group in layout(spec, allocations):
+    for group in groups:
         problem = by_type.get(group.alloc.resource)
         cpu = pod_cpu(problem, group) if problem is not None else None
         if cpu:
@@ -177,9 +181,7 @@ def _cpus(millicores: Fraction | int) -> str:
     )
 
 
-def cpu_warnings(
-    spec: PlanSpec, problems: Sequence[TypeProblem], allocations: Sequence[Allocation]
-) -> list[str]:
+def cpu_warnings(problems: Sequence[TypeProblem], groups: Sequence[PodGroup]) -> list[str]:
     """What the kubelet may refuse or leave Pending, in words (see the module notes)."""
     by_type = {p.resource.name: p for p in problems}
     warnings: list[str] = []
@@ -190,7 +192,7 @@ def cpu_warnings(
             seen.add(key)
             warnings.append(text)
 
-    for group in layout(spec, allocations):
+    for group in groups:
         problem = by_type.get(group.alloc.resource)
         if problem is None or group.resource.kind is not ResourceKind.GPU:
             continue
@@ -232,7 +234,7 @@ def cpu_warnings(
                 f"{label}: numaShare of {group.units} card(s) on {group.node} is less than one "
                 f"whole CPU: its pods request no CPU",
             )
-    load = cpu_by_node(spec, problems, allocations)
+    load = cpu_by_node(problems, groups)
     # the GPU types' view: the CPU types' problems already have the GPU pods' CPU taken
     free = {
         n: h.cpu_free for p in problems if p.resource.kind is ResourceKind.GPU for n, h in p.hosts.items()

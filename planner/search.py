@@ -22,7 +22,7 @@ from planner.model import PlanSpec, ResourceKind, Snapshot
 from planner.options import Item, TypeProblem, build_problems
 from planner.outcome import Outcome, Progress
 from planner.place import Previous, greedy_place, improvable, moved
-from planner.pods import cpu_by_node, cpu_note, cpu_warnings
+from planner.pods import concerned, cpu_by_node, cpu_note, cpu_warnings, layout
 from planner.result import Allocation, Conflict, PlanResult, TypeStats
 from planner.result import Previous as PreviousPlan
 
@@ -303,11 +303,9 @@ def plan(
         optimal = optimal and out.status is SolveStatus.OPTIMAL
     allocations = [a for i in sorted(placed) for a in placed[i]]
     conflicts = [failed[i] for i in sorted(failed)]
-    warnings = (
-        *(n for p in problems for n in p.zone_notes),
-        *cpu_warnings(spec, problems, allocations),
-    )
-    pod_cpu = tuple(sorted(cpu_by_node(spec, problems, allocations).items()))
+    groups = layout(spec, allocations) if concerned(spec, allocations) else []
+    warnings = (*(n for p in problems for n in p.zone_notes), *cpu_warnings(problems, groups))
+    pod_cpu = tuple(sorted(cpu_by_node(problems, groups).items()))
     if conflicts:
         return PlanResult(
             feasible=False,
@@ -340,7 +338,9 @@ def _after_gpu_pods(
     spec: PlanSpec, snap: Snapshot, problems: list[TypeProblem], gpu: list[Allocation]
 ) -> list[TypeProblem]:
     """The CPU types' problems again, with the CPU that the GPU pods request taken on their nodes."""
-    taken = cpu_by_node(spec, problems, gpu)
+    if not any(spec.operator(a.operator).cpu_request is not None for a in gpu):
+        return problems
+    taken = cpu_by_node(problems, layout(spec, gpu))
     if not taken:
         return problems
     cpu = [p.resource.name for p in problems if p.resource.kind is ResourceKind.CPU]
