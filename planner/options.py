@@ -18,7 +18,7 @@ from fractions import Fraction
 from functools import cached_property, lru_cache
 
 from planner.devices import STANDARD_DOMAIN, Device, Domain, domains_of
-from planner.model import Node, PlanSpec, Request, ResourceKind, ResourceType, Snapshot
+from planner.model import Node, OperatorSpec, PlanSpec, Request, ResourceKind, ResourceType, Snapshot
 from planner.strategies import SCORINGS, STRATEGIES, Strategy, StrategyRule, Topology
 from planner.zones import zone_domains
 
@@ -173,17 +173,18 @@ def build_item(
 
 
 def _gpu_domains(
-    node: Node, resource: ResourceType, spec: PlanSpec
+    node: Node, resource: ResourceType, spec: PlanSpec, zones: bool
 ) -> tuple[tuple[Domain, ...], int, bool, str | None] | None:
     """A GPU node's domains, free cards, whether they are NUMA zones, and a note; None: no detail.
 
-    Devices published one by one (ResourceSlices) come first; else the node's NodeResourceTopology
-    zones that hold the type's resource; else the node is one domain (nothing returned).
+    Devices published one by one (ResourceSlices) come first; else, when ``zones`` (some request
+    cares), the node's NodeResourceTopology zones that hold the type's resource; else the node is
+    one domain (nothing returned).
     """
     if node.devices:
         domains = domains_of(node.devices, spec.topology_attribute)
         return domains, sum(len(d.free) for d in domains), False, None
-    if node.topology is None:
+    if node.topology is None or not zones:
         return None
     found = zone_domains(
         node.name,
@@ -194,6 +195,13 @@ def _gpu_domains(
         node.reserved_zones,
     )
     return None if found is None else (found.domains, found.free, True, found.note)
+
+
+def _cares_about_zones(op: OperatorSpec) -> bool:
+    """NUMA zones are advisory without DRA (the kubelet picks the NUMA node), and planning on them
+    models every node: a type uses its nodes' zones only when one of its operators keeps its GPUs
+    in one (``topology`` other than ``none``) or sizes its CPU by them (``numaShare``)."""
+    return op.topology is not Topology.NONE or (op.cpu_request is not None and op.cpu_request.numa_share)
 
 
 def build_problems(spec: PlanSpec, snap: Snapshot, only: Collection[str] | None = None) -> list[TypeProblem]:
@@ -209,12 +217,13 @@ def build_problems(spec: PlanSpec, snap: Snapshot, only: Collection[str] | None 
         any_node = resource.any_node_when_unlabelled and not snap.labelled(resource)
         usable = snap.usable(None if any_node else resource, spec.tolerations)
         gpus = resource.kind is ResourceKind.GPU
+        zones = gpus and any(_cares_about_zones(spec.operator(r.operator)) for r in requests)
         domains: dict[str, tuple[Domain, ...]] = {}
         free: dict[str, int] = {}
         zoned: set[str] = set()
         notes: list[str] = []
         for n in usable:
-            found = _gpu_domains(n, resource, spec) if gpus else None
+            found = _gpu_domains(n, resource, spec, zones) if gpus else None
             if found is None:
                 free[n.name] = n.free(resource.resource_name)
                 continue

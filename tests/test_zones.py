@@ -300,16 +300,16 @@ def test_an_instance_that_fits_a_numa_zone_is_kept_inside_one() -> None:
     )
     (a,) = result.allocations
     assert result.optimal and a.straddling == 0 and dict(a.nodes) == {"n1": 1}
-    assert _zone_cards(result) == [("n1", (("node-0", 4),))]
+    ((node, ((zone, cards),)),) = _zone_cards(result)
+    assert (node, cards) == ("n1", 4) and zone in ("node-0", "node-1")
     assert a.devices == (), "cards in zones have no device names: nothing to claim"
-    assert a.to_json()["zones"] == {"n1": ["node-0"]} and a.to_json()["straddling"] == 0
+    assert a.to_json()["zones"] == {"n1": [zone]} and a.to_json()["straddling"] == 0
 
 
 @pytest.mark.parametrize(
     ("topology", "split", "straddling", "score"),
     [
         pytest.param("preferred", (1, 4), 1, 4, id="preferred straddles two zones when the score needs it"),
-        pytest.param("none", (1, 4), 1, 4, id="none takes any cards of the node"),
         pytest.param("required", (2, 2), 0, 2, id="required keeps each instance in one zone and scores less"),
     ],
 )
@@ -330,6 +330,23 @@ def test_required_preferred_and_none_on_zones(
         assert a.to_json()["zones"]["n0"] == ["node-0+node-1"]
     else:
         assert sorted(z for _, z in _zone_cards(result)) == [(("node-0", 2),), (("node-1", 2),)]
+
+
+@pytest.mark.parametrize(
+    ("cpu", "zoned"),
+    [
+        pytest.param(None, False, id="none everywhere plans as if there were no zones, as fast as before"),
+        pytest.param("4", False, id="a fixed CPU request does not need the zones either"),
+        pytest.param("numaShare", True, id="a share of the NUMA node's CPUs needs the zones"),
+    ],
+)
+def test_zones_are_used_only_when_an_operator_cares(cpu: str | None, zoned: bool) -> None:
+    op = operator("face_1vn", "machine", "none") | ({"cpuRequest": cpu} if cpu else {})
+    _, result = planned({"face_1vn": {"P4": 4}}, [op], {"n0": [(4, 3), (4, 3)]})
+    (a,) = result.allocations
+    assert (a.instances, a.units) == (1, 4) and result.score == 4
+    assert bool(a.zones) is zoned and a.straddling == int(zoned)
+    assert result.problems[0].zoned == ({"n0"} if zoned else set())
 
 
 def test_a_single_numa_node_kubelet_is_warned_about_a_straddling_instance() -> None:
