@@ -96,6 +96,25 @@ def crd(kubectl: Kubectl) -> None:
     kubectl.run("wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.gpuplan.ragnaros.io")
 
 
+NRT_CRD = Path(__file__).resolve().parent / "noderesourcetopology-crd.yaml"
+NRT_CRD_NAME = "noderesourcetopologies.topology.node.k8s.io"
+
+
+@pytest.fixture(scope="module")
+def nrt_crd(kubectl: Kubectl) -> Iterator[None]:
+    """node-feature-discovery's NodeResourceTopology CRD: the cluster's own if it has one, else
+    a copy of its shape for this module (removed afterwards; other tests never see it)."""
+    ours = kubectl.run("get", "crd", NRT_CRD_NAME, check=False).returncode != 0
+    if ours:
+        made = kubectl.run("create", "-f", str(NRT_CRD), check=False)
+        ours = made.returncode == 0  # someone else may have created it meanwhile: then it is theirs
+        assert ours or "AlreadyExists" in made.stderr, made.stderr
+    kubectl.run("wait", "--for=condition=Established", "--timeout=60s", f"crd/{NRT_CRD_NAME}")
+    yield
+    if ours:
+        kubectl.run("delete", "crd", NRT_CRD_NAME, "--wait=true", "--timeout=60s", check=False)
+
+
 @pytest.fixture(scope="session")
 def operator_process(kubeconfig: str, crd: None) -> Iterator[OperatorProcess]:
     LOGS.mkdir(exist_ok=True)

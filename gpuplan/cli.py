@@ -58,8 +58,12 @@ def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previou
         pods = load(args.pods, "pods") if args.pods else None
         slices = load(args.slices, "slices") if args.slices else None
         claims = load(args.claims, "claims") if args.claims else None
-        return snapshot(load(args.nodes, "nodes"), pods, slices_doc=slices, claims_doc=claims), previous
-    for flag in ("pods", "slices", "claims"):
+        topology = load(args.topology, "topology") if args.topology else None
+        snap = snapshot(
+            load(args.nodes, "nodes"), pods, slices_doc=slices, claims_doc=claims, topology_doc=topology
+        )
+        return snap, previous
+    for flag in ("pods", "slices", "claims", "topology"):
         if getattr(args, flag):
             raise InvalidInput(flag, f"--{flag} goes with --nodes; a live cluster's are read with its nodes")
     from gpuplan import live
@@ -67,6 +71,8 @@ def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previou
     seen = live.read(args.kubeconfig, args.context, spec.namespace, spec.name)
     if not args.quiet:
         print(f"gpuplan: read {len(seen.nodes['items'])} nodes from {seen.server}", file=sys.stderr)
+    for line in seen.skipped:  # even with -q: the plan was made without them
+        print(f"gpuplan: {line}", file=sys.stderr)
     if previous is None and seen.own_status and seen.own_status.get("allocations"):
         previous = _previous_from(seen.own_status, f"the cluster's {spec.namespace}/{spec.name}")
     snap = snapshot(
@@ -76,6 +82,9 @@ def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previou
         slices_doc=seen.slices,
         claims_doc=seen.claims,
         reserved_devices=seen.reserved_devices,
+        topology_doc=seen.topology,
+        own_zones=seen.own_zones,
+        reserved_zones=seen.reserved_zones,
     )
     return snap, previous
 
@@ -88,7 +97,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if (
         sum(
-            1 for f in (args.plan, args.nodes, args.pods, args.previous, args.slices, args.claims) if f == "-"
+            1
+            for f in (
+                args.plan,
+                args.nodes,
+                args.pods,
+                args.previous,
+                args.slices,
+                args.claims,
+                args.topology,
+            )
+            if f == "-"
         )
         > 1
     ):
@@ -177,6 +196,11 @@ def parser(plugins: bool = True, prog: str = "gpuplan") -> argparse.ArgumentPars
     pl.add_argument("--pods", help="kubectl get pods -A -o yaml|json output: their requests hold cards")
     pl.add_argument("--slices", help="kubectl get resourceslices -o yaml|json: GPUs one by one (DRA)")
     pl.add_argument("--claims", help="kubectl get resourceclaims -A -o yaml|json: devices already held")
+    pl.add_argument(
+        "--topology",
+        help="kubectl get noderesourcetopologies -o yaml|json: the nodes' NUMA zones, where no "
+        "ResourceSlices publish the GPUs",
+    )
     pl.add_argument(
         "--domain-attribute",
         help="the device attribute that groups GPUs (default the plan's topologyAttribute, "

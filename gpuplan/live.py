@@ -3,8 +3,9 @@
 Notes
 -----
 ``gpuplan plan PLAN.yaml`` without ``--nodes`` reads the nodes, the bound pods and the other
-plans of the cluster that ``--kubeconfig``/``--context`` (or ``$KUBECONFIG``, or
-``~/.kube/config``) name, with the operator's own read functions, and subtracts what the operator
+plans (and where served, ResourceSlices, ResourceClaims and NodeResourceTopology objects) of the
+cluster that ``--kubeconfig``/``--context`` (or ``$KUBECONFIG``, or ``~/.kube/config``) name,
+with the operator's own read functions, and subtracts what the operator
 subtracts: pods a plan already accounts for are not counted twice, and every *other* plan's
 applied cards are reserved. The plan in the file, if the cluster already has it, is planned
 against its own placement (``--previous`` is filled from its status unless given). Only GET and
@@ -36,6 +37,10 @@ class LiveSnapshot:
     slices: dict[str, Any] | None = None  # with DRA: the nodes' GPUs one by one
     claims: dict[str, Any] | None = None  # with DRA: the claims no plan accounts for
     reserved_devices: frozenset[tuple[str, str]] = frozenset()  # (node, device) other plans hold
+    topology: dict[str, Any] | None = None  # NodeResourceTopology objects: the nodes' NUMA zones
+    own_zones: dict[str, dict[str, dict[str, int]]] | None = None  # cards the plan placed per zone
+    reserved_zones: dict[str, dict[str, dict[str, int]]] | None = None  # ... and the other plans
+    skipped: tuple[str, ...] = ()  # optional inputs the reader may not list, in words
 
 
 def _client(kubeconfig: str | None, context: str | None) -> Any:
@@ -59,8 +64,10 @@ def read(kubeconfig: str | None, context: str | None, namespace: str, name: str)
     try:
         nodes = cluster.list_nodes(kube)
         pods = cluster.list_active_pods(kube)
-        slices = cluster.list_resource_slices(kube)
-        claims = cluster.list_resource_claims(kube) if slices is not None else None
+        skipped: list[str] = []
+        slices = _optional(cluster.list_resource_slices, kube, "ResourceSlices", skipped)
+        claims = _optional(cluster.list_resource_claims, kube, "ResourceClaims", skipped) if slices else None
+        topology = _optional(cluster.list_node_topologies, kube, "NodeResourceTopology", skipped)
         try:
             plans = cluster.list_plans(kube)
         except ApiException as e:
@@ -83,7 +90,26 @@ def read(kubeconfig: str | None, context: str | None, namespace: str, name: str)
         slices=slices,
         claims=reserve.foreign_claims(claims),
         reserved_devices=frozenset(reserve.devices_reserved_by_others(plans, mine.uid if mine else "")),
+        topology=topology,
+        own_zones=reserve.own_zones(mine.status) if mine else None,
+        reserved_zones=reserve.zones_reserved_by_others(plans, mine.uid if mine else ""),
+        skipped=tuple(skipped),
     )
+
+
+def _optional(read: Any, kube: Any, what: str, skipped: list[str]) -> dict[str, Any] | None:
+    """What only some clusters serve (DRA, node-feature-discovery): a reader who may not list it
+    plans without it, and is told so (``skipped``), rather than not planning at all."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        found: dict[str, Any] | None = read(kube)
+    except ApiException as e:
+        if e.status != 403:
+            raise
+        skipped.append(f"may not list {what} (403 Forbidden): planned without them")
+        return None
+    return found
 
 
 def list_plans(kubeconfig: str | None, context: str | None) -> list[Any]:

@@ -135,11 +135,12 @@ def parse_claims(doc: Any) -> set[tuple[str, str, str]]:
 
 @dataclass(frozen=True)
 class Domain:
-    """GPUs of one node that belong together."""
+    """GPUs of one node that belong together (devices of a PCIe root, or a NUMA zone's cards)."""
 
     name: str
     total: int
     free: tuple[str, ...]  # names of the free devices, in order
+    cpu: int | None = None  # millicores of the NUMA node, when known (a zone's allocatable cpu)
 
 
 def domains_of(devices: Iterable[Device], attribute: str = STANDARD_DOMAIN) -> tuple[Domain, ...]:

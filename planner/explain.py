@@ -96,6 +96,8 @@ def _type_section(
     ]
     if problem.note:
         lines.append(f"  note: {problem.note}")
+    if problem.cpu_note:
+        lines.append(f"  note: {problem.cpu_note}")
     for item in problem.items:
         a = by_key[item.request.operator, name]
         where = ", ".join(f"{n}×{c}" if c > 1 else n for n, c in a.nodes)
@@ -113,28 +115,51 @@ def _type_section(
     return lines
 
 
+def _straddle_why(problem: TypeProblem, item: Item, a: Allocation, proven: bool) -> str:
+    if item.topology is Topology.NONE:
+        return "topology: none"
+    widest = max((d.total for doms in problem.domains.values() for d in doms), default=0)
+    room = max((len(d.free) for doms in problem.domains.values() for d in doms), default=0)
+    if widest < a.units:
+        return f"no domain of any node has {a.units} GPUs (the largest has {widest})"
+    if room < a.units:
+        return f"no domain of any node has {a.units} free GPUs (the most is {room})"
+    why = "inside one domain the plan would score less, or straddle more instances"
+    return why + (" (proven)" if proven else " (best found in time)")
+
+
 def _device_lines(problem: TypeProblem, item: Item, a: Allocation, proven: bool) -> list[str]:
-    """Which GPUs each instance holds, in which domain, and why one had to straddle domains."""
-    if not a.devices:
-        return []
-    domain = {(n, dev): d.name for n, doms in problem.domains.items() for d in doms for dev in d.free}
-    widest = max((len(d.free) for doms in problem.domains.values() for d in doms), default=0)
+    """Which GPUs (or NUMA zones) each instance holds, and why one had to straddle domains."""
     lines = []
+    domain = {(n, dev): d.name for n, doms in problem.domains.items() for d in doms for dev in d.free}
     for node, lists in a.devices:
         for devs in lists:
             names = sorted({domain.get((node, dev), "?") for dev in devs})
             where = f"{node}: {', '.join(devs)} ({' + '.join(n or 'one domain' for n in names)})"
             if len(names) < 2:
                 lines.append(f"      devices {where}")
-                continue
-            if item.topology is Topology.NONE:
-                why = "topology: none"
-            elif widest < a.units:
-                why = f"no domain of any node has {a.units} free GPUs (the most is {widest})"
             else:
-                why = "inside one domain the plan would score less, or straddle more instances"
-                why += " (proven)" if proven else " (best found in time)"
-            lines.append(f"      devices {where}: straddles domains: {why}")
+                why = _straddle_why(problem, item, a, proven)
+                lines.append(f"      devices {where}: straddles domains: {why}")
+    single = {n for n, h in problem.hosts.items() if h.single_numa} if a.zones else set()
+    for node, instances in a.zones:
+        counts: dict[str, int] = {}
+        for zones in instances:
+            if len(zones) == 1:
+                counts[zones[0][0]] = counts.get(zones[0][0], 0) + 1
+        if counts:
+            text = ", ".join(f"{z} ×{c}" if c > 1 else z for z, c in counts.items())
+            lines.append(f"      NUMA zone {node}: {text}")
+        for zones in instances:
+            if len(zones) > 1:
+                why = _straddle_why(problem, item, a, proven)
+                refused = (
+                    f"; {node}'s kubelet runs single-numa-node and refuses such a pod"
+                    if node in single
+                    else ""
+                )
+                parts = " + ".join(f"{c} in {name}" for name, c in zones)
+                lines.append(f"      NUMA zones {node}: {parts}: straddles zones: {why}{refused}")
     return lines
 
 
@@ -163,6 +188,8 @@ def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
             for problem in result.problems:
                 if problem.resource.name in planned:
                     lines += _type_section(problem, result, result.partial, deadline)
+        if result.warnings:
+            lines += ["", *(f"warning: {w}" for w in result.warnings)]
         return "\n".join(lines) + "\n"
     status = "optimal (proven)" if result.optimal else f"best found, bound {_num(result.bound)}"
     lines = [head + f"score {_num(result.score)}, {status}"]
@@ -171,4 +198,6 @@ def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
         lines.append(f"moved {result.moved} instance(s) from the previous plan")
     for problem in result.problems:
         lines += _type_section(problem, result, result.allocations, deadline)
+    if result.warnings:
+        lines += ["", *(f"warning: {w}" for w in result.warnings)]
     return "\n".join(lines) + "\n"

@@ -11,13 +11,14 @@ compared, and so the operator can hand the same values to the CLI's renderer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
 from planner.devices import STANDARD_DOMAIN, Device
 from planner.strategies import DEFAULT_SCORING, Strategy, Topology
+from planner.zones import NodeTopology
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,25 @@ class ResourceType:
         return ",".join(f"{k}={v}" for k, v in self.node_selector) or "(any node)"
 
 
+NUMA_SHARE = "numaShare"
+
+
+@dataclass(frozen=True)
+class CpuRequest:
+    """The CPU each pod of an operator's GPU instances requests (``operators[].cpuRequest``).
+
+    A fixed amount (``millicores``), or ``numaShare``: the pod's share, by cards, of the CPUs of
+    the NUMA node (domain) that holds its GPUs, rounded down to whole CPUs.
+    """
+
+    millicores: int | None  # None: numaShare
+    text: str  # as the user wrote it
+
+    @property
+    def numa_share(self) -> bool:
+        return self.millicores is None
+
+
 @dataclass(frozen=True)
 class OperatorSpec:
     """One entry of the operator catalog: a service, its strategy and how its links run."""
@@ -92,6 +112,7 @@ class OperatorSpec:
     patches: tuple[Mapping[str, Any], ...] = field(default=(), compare=False, hash=False)
     source: str = field(default="catalog", compare=False)  # where the user wrote it: operators[2]
     topology: Topology = Topology.PREFERRED
+    cpu_request: CpuRequest | None = None  # CPU of each pod of its GPU instances; None: none asked
 
 
 @dataclass(frozen=True)
@@ -166,6 +187,10 @@ class Node:
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
     devices: tuple[Device, ...] = ()  # its GPUs one by one, when a driver publishes them (DRA)
+    topology: NodeTopology | None = None  # its NUMA zones (NodeResourceTopology), without DRA
+    # zone -> resource name -> units the plan itself (own), and other plans (reserved), placed
+    own_zones: Mapping[str, Mapping[str, int]] | None = field(default=None, compare=False, hash=False)
+    reserved_zones: Mapping[str, Mapping[str, int]] | None = field(default=None, compare=False, hash=False)
 
     @cached_property
     def label_map(self) -> dict[str, str]:
@@ -177,9 +202,16 @@ class Node:
 
     def free(self, resource_name: str) -> int:
         """Free whole units of a resource (cards, or whole CPU cores)."""
-        alloc, used = self._units
-        left = max(0, alloc.get(resource_name, 0) - used.get(resource_name, 0))
+        left = self.free_units(resource_name)
         return left // 1000 if resource_name == "cpu" else left
+
+    def free_units(self, resource_name: str) -> int:
+        """Free units as the snapshot counts them (cpu in millicores)."""
+        alloc, used = self._units
+        return max(0, alloc.get(resource_name, 0) - used.get(resource_name, 0))
+
+    def allocatable_units(self, resource_name: str) -> int:
+        return self._units[0].get(resource_name, 0)
 
 
 @dataclass(frozen=True)
@@ -187,6 +219,21 @@ class Snapshot:
     """The cluster as planned against: every node, schedulable or not."""
 
     nodes: tuple[Node, ...]
+
+    def using(self, extra: Mapping[str, Mapping[str, int]]) -> Snapshot:
+        """The same cluster with ``extra`` (node -> resource -> units) used on top."""
+        if not extra:
+            return self
+        out = []
+        for n in self.nodes:
+            more = extra.get(n.name)
+            if more:
+                used = dict(n.used)
+                for k, v in more.items():
+                    used[k] = used.get(k, 0) + v
+                n = replace(n, used=tuple(sorted(used.items())))
+            out.append(n)
+        return Snapshot(tuple(out))
 
     def labelled(self, resource: ResourceType) -> bool:
         """Does any node, schedulable or not, carry the resource type's labels?"""

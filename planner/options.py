@@ -12,14 +12,15 @@ and the score is a sum of per-request terms, so the whole problem splits into on
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from planner.devices import STANDARD_DOMAIN, Device, Domain, domains_of
-from planner.model import PlanSpec, Request, ResourceKind, ResourceType, Snapshot
+from planner.model import Node, OperatorSpec, PlanSpec, Request, ResourceKind, ResourceType, Snapshot
 from planner.strategies import SCORINGS, STRATEGIES, Strategy, StrategyRule, Topology
+from planner.zones import zone_domains
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,16 @@ class Item:
 
 
 @dataclass(frozen=True)
+class Host:
+    """What CPU sizing needs to know of a node: its CPUs, its cards, its kubelet's policy."""
+
+    cpu: int  # allocatable millicores
+    cards: int  # allocatable cards of the type (devices, with DRA)
+    cpu_free: int  # millicores no pod or plan holds
+    single_numa: bool = False  # topologyManagerPolicy single-numa-node (from its NodeResourceTopology)
+
+
+@dataclass(frozen=True)
 class TypeProblem:
     """Everything the search needs for one resource type."""
 
@@ -73,6 +84,13 @@ class TypeProblem:
     domains: Mapping[str, tuple[Domain, ...]] = field(default_factory=dict, compare=False)
     devices: Mapping[str, Mapping[str, Device]] = field(default_factory=dict, compare=False)
     domain_attribute: str = STANDARD_DOMAIN
+    # nodes whose domains are NUMA zones of a NodeResourceTopology (no devices: cards are counted,
+    # not named), and what a reader should know about how their zones were counted
+    zoned: frozenset[str] = frozenset()
+    zone_notes: tuple[str, ...] = ()
+    cpu_note: str | None = None  # a CPU type: the CPU the plan's GPU pods take on its nodes
+    # the usable nodes themselves, for :attr:`hosts` (read only by CPU sizing and its warnings)
+    usable: tuple[Node, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def topology_aware(self) -> bool:
@@ -87,6 +105,24 @@ class TypeProblem:
             f"no node is labelled {self.resource.selector_text}: using the free "
             f"{self.resource.resource_name} of every schedulable node"
         )
+
+    @cached_property
+    def hosts(self) -> dict[str, Host]:
+        """Per usable node, for sizing CPU requests: allocatable cpu (millicores) and cards, free
+        cpu (millicores), and whether its kubelet refuses pods not aligned on one NUMA node.
+        Worked out on first use: most plans ask for no CPU and never need it."""
+        name = self.resource.resource_name
+        return {
+            n.name: Host(
+                cpu=n.allocatable_units("cpu"),
+                cards=sum(d.total for d in self.domains[n.name])
+                if n.name in self.domains
+                else n.allocatable_units(name),
+                cpu_free=n.free_units("cpu"),
+                single_numa=n.topology is not None and n.topology.single_numa,
+            )
+            for n in self.usable
+        }
 
     @property
     def largest(self) -> int:
@@ -136,29 +172,67 @@ def build_item(
     return Item(index, request, strategy, splits, rejected, topology)
 
 
-def build_problems(spec: PlanSpec, snap: Snapshot) -> list[TypeProblem]:
-    """One problem per resource type that has requests, in the spec's resource order."""
+def _gpu_domains(
+    node: Node, resource: ResourceType, spec: PlanSpec, zones: bool
+) -> tuple[tuple[Domain, ...], int, bool, str | None] | None:
+    """A GPU node's domains, free cards, whether they are NUMA zones, and a note; None: no detail.
+
+    Devices published one by one (ResourceSlices) come first; else, when ``zones`` (some request
+    cares), the node's NodeResourceTopology zones that hold the type's resource; else the node is
+    one domain (nothing returned).
+    """
+    if node.devices:
+        domains = domains_of(node.devices, spec.topology_attribute)
+        return domains, sum(len(d.free) for d in domains), False, None
+    if node.topology is None or not zones:
+        return None
+    found = zone_domains(
+        node.name,
+        node.topology,
+        resource.resource_name,
+        node.free(resource.resource_name),
+        node.own_zones,
+        node.reserved_zones,
+    )
+    return None if found is None else (found.domains, found.free, True, found.note)
+
+
+def _cares_about_zones(op: OperatorSpec) -> bool:
+    """NUMA zones are advisory without DRA (the kubelet picks the NUMA node), and planning on them
+    models every node: a type uses its nodes' zones only when one of its operators keeps its GPUs
+    in one (``topology`` other than ``none``) or sizes its CPU by them (``numaShare``)."""
+    return op.topology is not Topology.NONE or (op.cpu_request is not None and op.cpu_request.numa_share)
+
+
+def build_problems(spec: PlanSpec, snap: Snapshot, only: Collection[str] | None = None) -> list[TypeProblem]:
+    """One problem per resource type that has requests, in the spec's resource order (``only``:
+    just the types of these names)."""
     out = []
     for resource in spec.resources:
+        if only is not None and resource.name not in only:
+            continue
         requests = [r for r in spec.requests if r.resource == resource.name]
         if not requests:
             continue
         any_node = resource.any_node_when_unlabelled and not snap.labelled(resource)
         usable = snap.usable(None if any_node else resource, spec.tolerations)
         gpus = resource.kind is ResourceKind.GPU
-        domains = {
-            n.name: domains_of(n.devices, spec.topology_attribute) for n in usable if gpus and n.devices
-        }
-        # a node whose GPUs are known one by one has as many free cards as free devices
-        nodes = tuple(
-            (
-                n.name,
-                sum(len(d.free) for d in domains[n.name])
-                if n.name in domains
-                else n.free(resource.resource_name),
-            )
-            for n in usable
-        )
+        zones = gpus and any(_cares_about_zones(spec.operator(r.operator)) for r in requests)
+        domains: dict[str, tuple[Domain, ...]] = {}
+        free: dict[str, int] = {}
+        zoned: set[str] = set()
+        notes: list[str] = []
+        for n in usable:
+            found = _gpu_domains(n, resource, spec, zones) if gpus else None
+            if found is None:
+                free[n.name] = n.free(resource.resource_name)
+                continue
+            domains[n.name], free[n.name], numa, note = found
+            if numa:
+                zoned.add(n.name)
+            if note:
+                notes.append(note)
+        nodes = tuple((n.name, free[n.name]) for n in usable)
         largest = max((f for _, f in nodes), default=0)
         items = tuple(
             build_item(
@@ -167,6 +241,11 @@ def build_problems(spec: PlanSpec, snap: Snapshot) -> list[TypeProblem]:
             )
             for i, r in enumerate(requests)
         )  # fmt: skip
-        devices = {n.name: {d.name: d for d in n.devices} for n in usable if n.name in domains}
-        out.append(TypeProblem(resource, nodes, items, any_node, domains, devices, spec.topology_attribute))
+        devices = {n.name: {d.name: d for d in n.devices} for n in usable if n.name in domains and n.devices}
+        out.append(
+            TypeProblem(
+                resource, nodes, items, any_node, domains, devices, spec.topology_attribute,
+                zoned=frozenset(zoned), zone_notes=tuple(notes), usable=tuple(usable),
+            )
+        )  # fmt: skip
     return out

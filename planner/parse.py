@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from planner.catalog import BUILTIN_OPERATORS, default_resources
 from planner.devices import STANDARD_DOMAIN, parse_claims, parse_slices
 from planner.errors import InvalidInput
 from planner.model import (
+    NUMA_SHARE,
+    CpuRequest,
     LinkStrategy,
     Node,
     OperatorSpec,
@@ -30,10 +31,13 @@ from planner.model import (
     Taint,
     Toleration,
 )
+from planner.quantity import parse_quantity
 from planner.strategies import DEFAULT_SCORING, KEY_STRATEGIES, SCORINGS, Strategy, Topology, one_of
 from planner.vocab import API_VERSION, KIND, SEED_KEY
+from planner.zones import ZoneUnits, parse_topologies
 
 _LINK_RE = re.compile(r"^(share|detach)-(\d+)-(\d+)$")
+_CPU_RE = re.compile(r"^[0-9]+(\.[0-9]+)?m?$")  # the CRD's pattern for cpuRequest, numaShare aside
 _SEED_LONG = {"resource_num": "resourceNum", "machine_num": "machineNum"}
 CONFIG_PLAN_NAME = "ragnaros"  # the plan a ragnaros_operator_config JSON becomes
 MAX_COUNT = 100_000  # cards (or machines) per request: as the CRD schema and admission policy say
@@ -217,6 +221,11 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
             raise InvalidInput(
                 f"{field}.topology", f"must be {one_of(t.value for t in Topology)}, got {topology!r}"
             )
+        cpu = (
+            _parse_cpu_request(item["cpuRequest"], f"{field}.cpuRequest")
+            if item.get("cpuRequest") is not None
+            else (base.cpu_request if base else None)
+        )
         patches = item.get("patches") or []
         if not isinstance(patches, list) or not all(
             isinstance(p, Mapping) and "op" in p and "path" in p for p in patches
@@ -232,8 +241,21 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
             patches=tuple(dict(p) for p in patches),
             source=field,
             topology=Topology(topology),
+            cpu_request=cpu,
         )
     return tuple(catalog.values())
+
+
+def _parse_cpu_request(value: Any, field: str) -> CpuRequest:
+    """``numaShare``, or a CPU quantity per pod (``4``, ``"4"``, ``"3500m"``)."""
+    if value == NUMA_SHARE:
+        return CpuRequest(None, NUMA_SHARE)
+    if isinstance(value, bool) or not isinstance(value, int | str) or not _CPU_RE.match(str(value)):
+        raise InvalidInput(field, f"must be {NUMA_SHARE} or a CPU quantity such as 4 or 3500m, got {value!r}")
+    millicores = parse_quantity(value, "cpu", field)
+    if millicores <= 0:
+        raise InvalidInput(field, f"must be more than 0 CPUs, got {value!r}")
+    return CpuRequest(millicores, str(value))
 
 
 def _parse_requests(
@@ -294,34 +316,7 @@ def parse_tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
     return tuple(out)
 
 
-# --- quantities, nodes and pods -----------------------------------------------------------
-
-_SUFFIX = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}  # fmt: skip
-
-
-def parse_quantity(value: Any, resource: str, field: str) -> int:
-    """A Kubernetes quantity as an int: millicores for ``cpu``, whole units otherwise."""
-    text = str(value).strip()
-    if text.isdigit():  # the common case ("8", "32"): no Decimal needed
-        return int(text) * 1000 if resource == "cpu" else int(text)
-    try:
-        if text.endswith("m"):
-            number = Decimal(text[:-1]) / 1000
-        else:
-            for suffix in sorted(_SUFFIX, key=len, reverse=True):
-                if text.endswith(suffix):
-                    number = Decimal(text[: -len(suffix)]) * _SUFFIX[suffix]
-                    break
-            else:
-                number = Decimal(text)
-    except InvalidOperation:
-        raise InvalidInput(field, f"not a quantity: {value!r}") from None
-    if number < 0:
-        raise InvalidInput(field, f"must not be negative, got {value!r}")
-    return int(number * 1000) if resource == "cpu" else int(number)
+# --- nodes and pods ----------------------------------------------------------------------
 
 
 def _items(doc: Any, what: str, kind: str) -> list[Mapping[str, Any]]:
@@ -405,6 +400,9 @@ def snapshot(
     slices_doc: Any | None = None,
     claims_doc: Any | None = None,
     reserved_devices: Iterable[tuple[str, str]] = (),
+    topology_doc: Any | None = None,
+    own_zones: ZoneUnits | None = None,
+    reserved_zones: ZoneUnits | None = None,
 ) -> Snapshot:
     """Nodes with what the given pods already use, and what is ``reserved``, subtracted.
 
@@ -412,10 +410,15 @@ def snapshot(
     for cards that other plans have placed but whose pods may not exist yet. ``slices_doc`` (a List
     of ResourceSlices) gives the nodes' GPUs one by one; devices the ``claims_doc`` ResourceClaims
     hold, and ``reserved_devices`` ((node, device) other plans placed), are not free.
+    ``topology_doc`` (a List of NodeResourceTopology) gives the NUMA zones of nodes without
+    ResourceSlices; ``own_zones`` and ``reserved_zones`` (node -> zone -> resource -> units) are
+    the cards this plan, and the other plans, placed in each zone (:mod:`planner.zones`).
     """
     nodes = parse_nodes(nodes_doc)
     held = parse_claims(claims_doc) if claims_doc is not None else set()
     devices = parse_slices(slices_doc, held, reserved_devices) if slices_doc is not None else {}
+    topologies = parse_topologies(topology_doc) if topology_doc is not None else {}
+    own, others = own_zones or {}, reserved_zones or {}
     used: dict[str, dict[str, int]] = {n: dict(r) for n, r in (reserved or {}).items()}
     if pods_doc is not None:
         for i, pod in enumerate(_items(pods_doc, "pods", "Pod")):
@@ -434,6 +437,9 @@ def snapshot(
                 unschedulable=n.unschedulable,
                 taints=n.taints,
                 devices=devices.get(n.name, ()),
+                topology=topologies.get(n.name),
+                own_zones=own.get(n.name),
+                reserved_zones=others.get(n.name),
             )
             for n in nodes
         )

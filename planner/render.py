@@ -38,7 +38,9 @@ from planner.devices import Device
 from planner.errors import InvalidInput
 from planner.model import OperatorSpec, PlanSpec, ResourceKind, ResourceType
 from planner.options import TypeProblem
-from planner.result import PlanResult
+from planner.pods import layout, pod_cpu
+from planner.quantity import cpus_text
+from planner.result import PlanResult, zones_text
 from planner.vocab import (
     FLAMEWAKER_LABEL,
     MANAGED_BY,
@@ -100,9 +102,10 @@ def _entry(
     selector: Mapping[str, str],
     node: str,
     name: str,
-    services: list[str],
+    services: Sequence[str],
     instances: int,
     units: int,
+    cpu: int | None = None,
 ) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "nodeSelector": dict(selector) | {plan_label_key(spec.namespace, spec.name): node_token(node)}
@@ -111,6 +114,10 @@ def _entry(
         pod["priorityClassName"] = priority_class_name(units)
     if spec.tolerations:
         pod["tolerations"] = [{k: v for k, v in vars(t).items() if v is not None} for t in spec.tolerations]
+    resources: dict[str, Any] = {"limits": {resource.resource_name: units}}
+    if cpu:  # requests = limits: a Guaranteed pod gets exclusive CPUs of its GPUs' NUMA node
+        resources["limits"]["cpu"] = cpus_text(cpu)
+        resources["requests"] = {"cpu": cpus_text(cpu)}
     generated = {
         "name": name,
         "image": spec.image,
@@ -119,7 +126,7 @@ def _entry(
         "replica": 1,
         "operators": [_operator_entry(s) for s in services],
         "podAttributes": pod,
-        "containerAttributes": {"resources": {"limits": {resource.resource_name: units}}},
+        "containerAttributes": {"resources": resources},
     }
     merged = _deep_merge(op.flamewaker, generated)  # the template gives defaults, the plan wins
     entry = {k: merged[k] for k in generated} | {k: v for k, v in merged.items() if k not in generated}
@@ -133,48 +140,26 @@ def _entry(
 
 
 def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
-    """The flamewaker entries of a feasible plan, in allocation then node order."""
+    """The flamewaker entries of a feasible plan, in allocation then node order (:func:`layout`)."""
     problems = {p.resource.name: p for p in result.problems}
     out: list[Flamewaker] = []
-    rendered_links: set[str] = set()
     any_node = {p.resource.name for p in result.problems if p.any_node}
-    for alloc in result.allocations:
-        op = spec.operator(alloc.operator)
-        resource = spec.resource(alloc.resource)
+    for g in layout(spec, result.allocations):
+        resource, alloc, node = g.resource, g.alloc, g.node
         # a type that fell back to every node has no label to select: the plan's own label pins
         selector = {} if resource.name in any_node else dict(resource.node_selector)
-        links = [s for s in op.link_services if s not in rendered_links]
-        rendered_links.update(links)
-        if resource.kind is ResourceKind.GPU:
-            n_links, detached = op.link_strategy.links_for(alloc.units)
-        else:  # cores are not cards: link services share the instance's cores, one each
-            n_links, detached = 1, False
-        key_units = alloc.units - (n_links if detached and links else 0)
-        shared = [] if detached else [s for s in links for _ in range(n_links)]
-        services = [op.key_service, *shared]
-        devices = dict(alloc.devices)
-        for node, count in alloc.nodes:
-            if node in devices:  # GPUs chosen one by one: an entry and a claim per instance
-                for i, devs in enumerate(devices[node]):
-                    name = dns_name(spec.name, op.key_service, alloc.resource, node, str(i))
-                    entry = _entry(spec, op, resource, selector, node, name, services, 1, key_units)
-                    out.append(
-                        _claimed(spec, problems[alloc.resource], entry, node, devs[:key_units], resource)
-                    )
-                    if detached and links:
-                        name = dns_name(spec.name, links[0], "link", alloc.resource, node, str(i))
-                        entry = _entry(spec, op, resource, selector, node, name, links, n_links, 1)
-                        out.append(
-                            _claimed(spec, problems[alloc.resource], entry, node, devs[key_units:], resource)
-                        )
-                continue
-            name = dns_name(spec.name, op.key_service, alloc.resource, node)
-            entry = _entry(spec, op, resource, selector, node, name, services, count, key_units)
-            out.append(Flamewaker(entry, node, count, key_units, resource))
-            if detached and links:
-                name = dns_name(spec.name, links[0], "link", alloc.resource, node)
-                entry = _entry(spec, op, resource, selector, node, name, links, count * n_links, 1)
-                out.append(Flamewaker(entry, node, count * n_links, 1, resource))
+        problem = problems.get(alloc.resource)
+        cpu = pod_cpu(problem, g) if problem is not None else None
+        parts = (g.services[0], "link") if g.link else (g.op.key_service,)
+        index = () if g.instance is None else (str(g.instance),)
+        name = dns_name(spec.name, *parts, alloc.resource, node, *index)
+        entry = _entry(spec, g.op, resource, selector, node, name, g.services, g.pods, g.units, cpu)
+        if g.instance is not None and problem is not None:  # GPUs chosen one by one: a claim each
+            out.append(_claimed(spec, problem, entry, node, g.devices, resource))
+            continue
+        if g.zones:  # the NUMA zone each instance counted on (the kubelet picks the NUMA node)
+            entry["zones"] = [zones_text(z) for z in g.zones]
+        out.append(Flamewaker(entry, node, g.pods, g.units, resource))
     return out
 
 

@@ -21,6 +21,13 @@ from planner.model import ResourceKind
 from planner.options import TypeProblem
 from planner.strategies import Strategy
 
+InstanceZones = tuple[tuple[str, int], ...]  # (zone, cards) of one instance, by zone
+
+
+def zones_text(zones: InstanceZones) -> str:
+    """``node-0``, or ``node-0+node-1`` for an instance whose cards straddle zones."""
+    return "+".join(z for z, _ in zones)
+
 
 @dataclass(frozen=True)
 class Allocation:
@@ -35,7 +42,10 @@ class Allocation:
     term: Fraction | None = None  # its score term; None when read back from JSON
     # GPUs known one by one: per node, the device names of each instance there
     devices: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = ()
-    straddling: int = 0  # instances whose devices span several domains
+    straddling: int = 0  # instances whose devices (or counted cards) span several domains
+    # GPUs counted per NUMA zone (NodeResourceTopology, no DRA): per node, for each instance
+    # there, the cards it counts in each zone (one zone, or several for one that straddles)
+    zones: tuple[tuple[str, tuple[InstanceZones, ...]], ...] = ()
 
     @property
     def units_total(self) -> int:
@@ -48,6 +58,9 @@ class Allocation:
         out |= {"instances": self.instances, "unitsPerInstance": self.units, "nodes": dict(self.nodes)}
         if self.devices:
             out["devices"] = {node: [list(i) for i in lists] for node, lists in self.devices}
+        if self.zones:
+            out["zones"] = {node: [zones_text(z) for z in lists] for node, lists in self.zones}
+        if self.devices or self.zones:
             out["straddling"] = self.straddling
         return out
 
@@ -176,6 +189,9 @@ class PlanResult:
     problems: tuple[TypeProblem, ...] = field(default=(), compare=False, repr=False)
     partial: tuple[Allocation, ...] = ()  # no plan: the allocations of the types that do have one
     moved: int | None = None  # with a previous plan: instances not where it had them
+    # what the kubelet may refuse or leave Pending, and how NUMA zones were counted, in words
+    warnings: tuple[str, ...] = ()
+    pod_cpu: tuple[tuple[str, int], ...] = ()  # node -> millicores the plan's GPU pods request
 
     @property
     def cards_requested(self) -> int:
@@ -204,5 +220,7 @@ class PlanResult:
             out["conflicts"] = [c.to_json() for c in self.conflicts]
         if self.partial:
             out["partialAllocations"] = [a.to_json() for a in self.partial]
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
         out["search"] = [s.to_json() for s in self.stats]
         return out

@@ -12,14 +12,17 @@ the requests that cannot fit together, such that dropping any one of them lets t
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from fractions import Fraction
 
 from planner.codes import ConflictKind, Method, SolveStatus
-from planner.model import PlanSpec, Snapshot
+from planner.devices import natural
+from planner.model import PlanSpec, ResourceKind, Snapshot
 from planner.options import Item, TypeProblem, build_problems
 from planner.outcome import Outcome, Progress
 from planner.place import Previous, greedy_place, improvable, moved
+from planner.pods import concerned, cpu_by_node, cpu_note, cpu_warnings, layout
 from planner.result import Allocation, Conflict, PlanResult, TypeStats
 from planner.result import Previous as PreviousPlan
 
@@ -57,9 +60,10 @@ def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool |
 def conflict(problem: TypeProblem, seconds: float = 10.0) -> Conflict:
     """An irreducible set of this type's requests that cannot be placed together (see _conflict)."""
     found = _conflict(problem, seconds)
-    if problem.note is None:
+    notes = [n for n in (problem.note, problem.cpu_note) if n]
+    if not notes:
         return found
-    return Conflict(found.resource, found.kind, found.operators, f"{found.detail}; {problem.note}")
+    return Conflict(found.resource, found.kind, found.operators, "; ".join([found.detail, *notes]))
 
 
 def _conflict(problem: TypeProblem, seconds: float) -> Conflict:
@@ -116,12 +120,32 @@ def _conflict(problem: TypeProblem, seconds: float) -> Conflict:
     return Conflict(name, ConflictKind.PACKING, tuple(it.label for it in items), detail)
 
 
+def _zone_of(problem: TypeProblem) -> dict[tuple[str, str], str]:
+    """(node, made-up card name) -> its NUMA zone, for the nodes whose domains are zones."""
+    return {(n, card): d.name for n in problem.zoned for d in problem.domains[n] for card in d.free}
+
+
+def _counted(zones: Iterable[str]) -> tuple[tuple[str, int], ...]:
+    counts: dict[str, int] = {}
+    for z in zones:
+        counts[z] = counts.get(z, 0) + 1
+    return tuple(sorted(counts.items(), key=lambda zc: natural(zc[0])))
+
+
 def _allocations(problem: TypeProblem, out: Outcome) -> list[Allocation]:
     assert out.choice is not None and out.nodes is not None
     allocations = []
+    zone_of = _zone_of(problem) if problem.zoned else {}
     for it in problem.items:
         split = it.splits[out.choice[it.index]]
         devices = (out.devices or [{}] * len(problem.items))[it.index]
+        named = {n: lists for n, lists in devices.items() if n not in problem.zoned}
+        # without DRA the cards have no names: each instance records the zone(s) it counted on
+        zones = {
+            n: tuple(_counted(zone_of[n, c] for c in cards) for cards in lists)
+            for n, lists in devices.items()
+            if n in problem.zoned
+        }
         allocations.append(
             Allocation(
                 operator=it.label,
@@ -131,8 +155,9 @@ def _allocations(problem: TypeProblem, out: Outcome) -> list[Allocation]:
                 units=split.units,
                 nodes=tuple(sorted(out.nodes[it.index].items())),
                 term=split.score,
-                devices=tuple(sorted((n, tuple(tuple(i) for i in lists)) for n, lists in devices.items())),
+                devices=tuple(sorted((n, tuple(tuple(i) for i in lists)) for n, lists in named.items())),
                 straddling=(out.straddling or [0] * len(problem.items))[it.index],
+                zones=tuple(sorted(zones.items())),
             )
         )
     return allocations
@@ -224,14 +249,21 @@ def plan(
     """Find the highest-scoring deployable plan (see :mod:`planner.solver` for how)."""
     deadline = time.monotonic() + seconds
     problems = build_problems(spec, snap)
-    allocations: list[Allocation] = []
-    conflicts: list[Conflict] = []
-    stats: list[TypeStats] = []
+    # GPU types first: their pods' CPU requests are not free for the CPU types planned after them
+    order = sorted(range(len(problems)), key=lambda i: problems[i].resource.kind is not ResourceKind.GPU)
+    placed: dict[int, list[Allocation]] = {}
+    failed: dict[int, Conflict] = {}
+    stats: dict[int, TypeStats] = {}
     score, bound = Fraction(0), Fraction(0)
     optimal, unknown = True, []
     moves: int | None = None if previous is None else 0
-    for n, problem in enumerate(problems):
-        share = max(0.05, (deadline - time.monotonic()) / (len(problems) - n))
+    cpu_done = False
+    for step, i in enumerate(order):
+        if problems[i].resource.kind is ResourceKind.CPU and not cpu_done:
+            cpu_done = True
+            problems = _after_gpu_pods(spec, snap, problems, [a for j in sorted(placed) for a in placed[j]])
+        problem = problems[i]
+        share = max(0.05, (deadline - time.monotonic()) / (len(problems) - step))
         prev = None
         if previous is not None:
             prev = {op: v for (op, res), v in previous.items() if res == problem.resource.name}
@@ -243,34 +275,37 @@ def plan(
             polish_seconds=polish_seconds,
             progress=progress,
         )
-        stats.append(
-            TypeStats(
-                problem.resource.name,
-                len(problem.nodes),
-                len(problem.items),
-                method,
-                out.status,
-                out.seconds,
-                out.branches,
-                problem.upper_bound,
-            )
+        stats[i] = TypeStats(
+            problem.resource.name,
+            len(problem.nodes),
+            len(problem.items),
+            method,
+            out.status,
+            out.seconds,
+            out.branches,
+            problem.upper_bound,
         )
         if out.status is SolveStatus.INFEASIBLE:
-            conflicts.append(conflict(problem, seconds=min(CONFLICT_SECONDS, share)))
+            failed[i] = conflict(problem, seconds=min(CONFLICT_SECONDS, share))
             continue
         if out.choice is None or out.nodes is None:
             detail = "no plan found within the time budget (not proven impossible)"
             labels = tuple(it.label for it in problem.items)
-            conflicts.append(Conflict(problem.resource.name, ConflictKind.TIMEOUT, labels, detail))
+            failed[i] = Conflict(problem.resource.name, ConflictKind.TIMEOUT, labels, detail)
             unknown.append(problem.resource.name)
             continue
-        allocations.extend(_allocations(problem, out))
+        placed[i] = _allocations(problem, out)
         if moves is not None:
             moves += out.moved or 0
         assert out.score is not None and out.bound is not None
         score += out.score
         bound += out.bound
         optimal = optimal and out.status is SolveStatus.OPTIMAL
+    allocations = [a for i in sorted(placed) for a in placed[i]]
+    conflicts = [failed[i] for i in sorted(failed)]
+    groups = layout(spec, allocations) if concerned(spec, allocations) else []
+    warnings = (*(n for p in problems for n in p.zone_notes), *cpu_warnings(problems, groups))
+    pod_cpu = tuple(sorted(cpu_by_node(problems, groups).items()))
     if conflicts:
         return PlanResult(
             feasible=False,
@@ -280,9 +315,10 @@ def plan(
             allocations=(),
             reason="; ".join(f"{c.resource}: {c.detail}" for c in conflicts),
             conflicts=tuple(conflicts),
-            stats=tuple(stats),
+            stats=tuple(stats[i] for i in sorted(stats)),
             problems=tuple(problems),
             partial=tuple(allocations),
+            warnings=warnings,
         )
     return PlanResult(
         feasible=True,
@@ -290,7 +326,33 @@ def plan(
         score=score,
         bound=bound,
         allocations=tuple(allocations),
-        stats=tuple(stats),
+        stats=tuple(stats[i] for i in sorted(stats)),
         problems=tuple(problems),
         moved=moves,
+        warnings=warnings,
+        pod_cpu=pod_cpu,
     )
+
+
+def _after_gpu_pods(
+    spec: PlanSpec, snap: Snapshot, problems: list[TypeProblem], gpu: list[Allocation]
+) -> list[TypeProblem]:
+    """The CPU types' problems again, with the CPU that the GPU pods request taken on their nodes."""
+    if not any(spec.operator(a.operator).cpu_request is not None for a in gpu):
+        return problems
+    taken = cpu_by_node(problems, layout(spec, gpu))
+    if not taken:
+        return problems
+    cpu = [p.resource.name for p in problems if p.resource.kind is ResourceKind.CPU]
+    rebuilt = {
+        p.resource.name: p
+        for p in build_problems(spec, snap.using({n: {"cpu": m} for n, m in taken.items()}), cpu)
+    }
+    out = []
+    for p in problems:
+        if p.resource.name in rebuilt:
+            fresh = rebuilt[p.resource.name]
+            usable = {n for n, _ in fresh.nodes}
+            p = replace(fresh, cpu_note=cpu_note({n: m for n, m in taken.items() if n in usable}))
+        out.append(p)
+    return out

@@ -144,9 +144,13 @@ def serve_metrics(metrics: Metrics, port: int, address: str) -> None:
     logging.getLogger("gpuplan_operator").info("metrics on http://%s:%d/metrics", address, port)
 
 
+_NOISY = ("Handler 'node_event' succeeded", "Handler 'topology_event' succeeded")
+
+
 def _quiet_node_events(record: logging.LogRecord) -> bool:
-    """Drop kopf's "Handler 'node_event' succeeded" line: one per node heartbeat is noise."""
-    return not (record.levelno <= logging.INFO and "Handler 'node_event' succeeded" in record.getMessage())
+    """Drop kopf's "Handler 'node_event' succeeded" line: one per node heartbeat is noise; so is
+    one per NodeResourceTopology rewrite (the topology updater rewrites each node's every minute)."""
+    return not (record.levelno <= logging.INFO and any(n in record.getMessage() for n in _NOISY))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

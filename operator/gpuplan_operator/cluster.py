@@ -45,6 +45,7 @@ from planner.vocab import (
 PLAN_API = API_VERSION
 PC_API = "scheduling.k8s.io/v1"
 DRA_API = "resource.k8s.io/v1"
+NRT_API = "topology.node.k8s.io/v1alpha2"  # NodeResourceTopology, from node-feature-discovery
 _APIS = {  # kind -> (apiVersion, plural) of what the operator writes whole
     CONFIGMAP: ("v1", "configmaps"),
     DEPLOYMENT: ("apps/v1", "deployments"),
@@ -196,23 +197,28 @@ def read_for_cleanup(kube: KubeApi, plan: PlanBody) -> Observed:
     )
 
 
-def _list_if_served(kube: KubeApi, plural: str, kind: str) -> JSON | None:
-    """A List of every ``plural`` of resource.k8s.io/v1, or None when the cluster does not serve DRA."""
+def _list_if_served(kube: KubeApi, api: str, plural: str, kind: str) -> JSON | None:
+    """A List of every ``plural`` of ``api``, or None when the cluster does not serve it."""
     try:
-        doc = kube.get(path_for(DRA_API, plural))
+        doc = kube.get(path_for(api, plural))
     except ApiException as e:
         if e.status == 404:
             return None
         raise
-    return {"apiVersion": "v1", "kind": "List", "items": _items(doc, DRA_API, kind)}
+    return {"apiVersion": "v1", "kind": "List", "items": _items(doc, api, kind)}
 
 
 def list_resource_slices(kube: KubeApi) -> JSON | None:
-    return _list_if_served(kube, "resourceslices", "ResourceSlice")
+    return _list_if_served(kube, DRA_API, "resourceslices", "ResourceSlice")
 
 
 def list_resource_claims(kube: KubeApi) -> JSON | None:
-    return _list_if_served(kube, "resourceclaims", "ResourceClaim")
+    return _list_if_served(kube, DRA_API, "resourceclaims", "ResourceClaim")
+
+
+def list_node_topologies(kube: KubeApi) -> JSON | None:
+    """Every NodeResourceTopology (the nodes' NUMA zones), or None when its CRD is not installed."""
+    return _list_if_served(kube, NRT_API, "noderesourcetopologies", "NodeResourceTopology")
 
 
 def list_plan_claim_templates(kube: KubeApi, namespace: str, name: str) -> list[JSON]:
@@ -230,20 +236,23 @@ def list_plan_claim_templates(kube: KubeApi, namespace: str, name: str) -> list[
 
 @dataclass(frozen=True)
 class ClusterRead:
-    """What planning reads: every plan, every node, the pods that hold resources, and with DRA the
-    nodes' devices (ResourceSlices) and what claims hold (ResourceClaims)."""
+    """What planning reads: every plan, every node, the pods that hold resources, with DRA the
+    nodes' devices (ResourceSlices) and what claims hold (ResourceClaims), and where
+    node-feature-discovery publishes them, the nodes' NUMA zones (NodeResourceTopology)."""
 
     plans: list[PlanBody]
     nodes: JSON  # a List of Nodes
     pods: JSON  # a List of bound, unfinished Pods
     slices: JSON | None = None
     claims: JSON | None = None
+    topologies: JSON | None = None
 
 
 def read_cluster(kube: KubeApi) -> ClusterRead:
     slices = list_resource_slices(kube)
     claims = list_resource_claims(kube) if slices is not None else None
-    return ClusterRead(list_plans(kube), list_nodes(kube), list_active_pods(kube), slices, claims)
+    topologies = list_node_topologies(kube)
+    return ClusterRead(list_plans(kube), list_nodes(kube), list_active_pods(kube), slices, claims, topologies)
 
 
 # --- writes --------------------------------------------------------------------------------

@@ -51,7 +51,13 @@ from gpuplan_operator.kube import Kube, api_error_message, load_api_client
 from gpuplan_operator.metrics import Metrics, Trigger
 from gpuplan_operator.service import Options, Outcome, PlanService
 from gpuplan_operator.status import Phase
-from gpuplan_operator.watch import ChangeFeed, NodeTracker, SliceTracker
+from gpuplan_operator.watch import (
+    ChangeFeed,
+    NodeTracker,
+    SpecTracker,
+    slice_fingerprint,
+    topology_fingerprint,
+)
 from planner.vocab import GROUP, PLAN_LABEL, PLURAL, VERSION, plan_labels
 
 log = logging.getLogger("gpuplan_operator")
@@ -86,7 +92,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.service = PlanService(kube, options, post_event, metrics=memo.get("metrics") or Metrics())
     memo.feed = ChangeFeed()
     memo.nodes = NodeTracker(options.node_grace)
-    memo.slices = SliceTracker()
+    memo.slices = SpecTracker(slice_fingerprint)
+    memo.topologies = SpecTracker(topology_fingerprint)
     memo.node_timers = {}
     memo.background = set()
     memo.plans = Plans()
@@ -229,7 +236,19 @@ async def slice_event(memo: kopf.Memo, event: Mapping[str, Any], body: kopf.Body
     """A driver published, changed or withdrew a node's GPUs (DRA): plans re-plan, as for nodes.
 
     A cluster that does not serve resource.k8s.io/v1 has no slices, and kopf leaves this idle."""
-    tracker: SliceTracker = memo.slices
+    tracker: SpecTracker = memo.slices
+    if tracker.observe(event.get("type"), body):
+        await memo.feed.bump(origin=None)
+
+
+@kopf.on.event("topology.node.k8s.io", "v1alpha2", "noderesourcetopologies")
+async def topology_event(memo: kopf.Memo, event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    """A node's NUMA zones appeared, changed size or went (NodeResourceTopology): plans re-plan.
+
+    The topology updater rewrites these objects every minute and whenever pods come and go; only
+    a change of the zones' shape, their capacity or allocatable, or the kubelet's policy counts
+    (:func:`~.watch.topology_fingerprint`). Without the CRD kopf leaves this handler idle."""
+    tracker: SpecTracker = memo.topologies
     if tracker.observe(event.get("type"), body):
         await memo.feed.bump(origin=None)
 

@@ -33,8 +33,14 @@ Units = dict[str, dict[str, int]]  # node -> resource name -> units
 _SNAPSHOT_SCALE = {"cpu": 1000}
 
 
-def applied_units(allocations: Iterable[Allocation], resource_names: Mapping[str, str]) -> Units:
-    """``status.applied.units`` from a plan's allocations and its resource names."""
+def applied_units(
+    allocations: Iterable[Allocation],
+    resource_names: Mapping[str, str],
+    pod_cpu: Mapping[str, int] | None = None,
+) -> Units:
+    """``status.applied.units`` from a plan's allocations and its resource names; ``pod_cpu``
+    (node -> millicores its GPU pods request, ``operators[].cpuRequest``) adds whole cores, rounded
+    up, to the node's ``cpu`` so other plans' CPU requests plan around them."""
     out: Units = {}
     for a in allocations:
         rname = resource_names.get(a.resource)
@@ -43,6 +49,10 @@ def applied_units(allocations: Iterable[Allocation], resource_names: Mapping[str
         for node, count in a.nodes:
             slot = out.setdefault(node, {})
             slot[rname] = slot.get(rname, 0) + a.units * count
+    for node, millicores in (pod_cpu or {}).items():
+        if millicores > 0:
+            slot = out.setdefault(node, {})
+            slot["cpu"] = slot.get("cpu", 0) + -(-millicores // 1000)
     return {n: dict(sorted(r.items())) for n, r in sorted(out.items())}
 
 
@@ -127,3 +137,52 @@ def foreign_claims(claims_doc: Mapping[str, Any] | None) -> dict[str, Any] | Non
         if not all(((c.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in MANAGED_BY.items())
     ]
     return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+Zones = dict[str, dict[str, dict[str, int]]]  # node -> NUMA zone -> resource name -> units
+
+
+def applied_zones(allocations: Iterable[Allocation], resource_names: Mapping[str, str]) -> Zones:
+    """``status.applied.zones``: per node and NUMA zone, the cards the plan counted there (GPUs
+    counted per zone of a NodeResourceTopology, without DRA)."""
+    out: Zones = {}
+    for a in allocations:
+        rname = resource_names.get(a.resource)
+        if rname is None:
+            continue
+        for node, lists in a.zones:
+            for instance in lists:
+                for zone, cards in instance:
+                    slot = out.setdefault(node, {}).setdefault(zone, {})
+                    slot[rname] = slot.get(rname, 0) + cards
+    return {n: {z: dict(sorted(r.items())) for z, r in sorted(zs.items())} for n, zs in sorted(out.items())}
+
+
+def _zones_of(status: Mapping[str, Any]) -> Zones:
+    out: Zones = {}
+    for node, zones in ((status.get("applied") or {}).get("zones") or {}).items():
+        for zone, resources in (zones or {}).items():
+            for rname, n in (resources or {}).items():
+                slot = out.setdefault(str(node), {}).setdefault(str(zone), {})
+                slot[str(rname)] = slot.get(str(rname), 0) + int(n)
+    return out
+
+
+def own_zones(status: Mapping[str, Any]) -> Zones:
+    """The zones this plan's own applied cards sit in (its pods are left out of the pod list, but
+    a zone's ``available`` counts them)."""
+    return _zones_of(status)
+
+
+def zones_reserved_by_others(plans: Iterable[PlanBody], uid: str) -> Zones:
+    """Per node and zone, the cards every other plan placed there (``status.applied.zones``)."""
+    out: Zones = {}
+    for plan in plans:
+        if plan.uid == uid:
+            continue
+        for node, zones in _zones_of(plan.status).items():
+            for zone, resources in zones.items():
+                for rname, n in resources.items():
+                    slot = out.setdefault(node, {}).setdefault(zone, {})
+                    slot[rname] = slot.get(rname, 0) + n
+    return out

@@ -199,6 +199,9 @@ class PlanService:
                 slices_doc=read.slices,
                 claims_doc=reserve.foreign_claims(read.claims),
                 reserved_devices=reserve.devices_reserved_by_others(read.plans, plan.uid),
+                topology_doc=read.topologies,
+                own_zones=reserve.own_zones(plan.status),
+                reserved_zones=reserve.zones_reserved_by_others(read.plans, plan.uid),
             )
         except InvalidInput as e:  # the cluster, not the spec: e.g. no nodes at all
             new = st.infeasible_status(plan.status, plan.generation, f"cluster snapshot: {e}", now)
@@ -212,7 +215,9 @@ class PlanService:
             reason = result.reason or "unknown reason"
             conflicts = [c.to_json() for c in result.conflicts]
             kind = result.conflicts[0].kind if result.conflicts else Reason.INFEASIBLE
-            new = st.infeasible_status(plan.status, plan.generation, reason, now, conflicts, kind)
+            new = st.infeasible_status(
+                plan.status, plan.generation, reason, now, conflicts, kind, result.warnings
+            )
             return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
         try:
             desired = render_desired(spec, result, self.options.priority_base)
@@ -264,11 +269,13 @@ class PlanService:
 
         names = {r.name: r.resource_name for r in spec.resources}
         applied: dict[str, Any] = {
-            "units": reserve.applied_units(result.allocations, names),
+            "units": reserve.applied_units(result.allocations, names, dict(result.pod_cpu)),
             "priorityClasses": sorted(pc["metadata"]["name"] for pc in desired.priority_classes),
         }
         if devices := reserve.applied_devices(result.allocations):
             applied["devices"] = devices
+        if zones := reserve.applied_zones(result.allocations, names):
+            applied["zones"] = zones
         ready = readiness(desired.deployments, pods, desired.label_key, spec.deploy)
         new = st.applied_status(plan.status, plan.generation, result, applied, ready, now)
         moved = (plan.status.get("applied") or {}).get("units") != applied["units"]

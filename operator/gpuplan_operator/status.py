@@ -66,6 +66,7 @@ OUR_KEYS = (
     "applied",
     "conditions",
     "message",
+    "warnings",
 )
 APPLIED_TEXT = "node labels, priority classes and outputs match the plan"
 DRY_RUN_TEXT = "dryRun is true: nothing was written"
@@ -127,7 +128,7 @@ def plan_fields(result: PlanResult) -> dict[str, Any]:
     """score, optimal, cards and allocations of a feasible result (as ``gpuplan plan -o json``)."""
     doc = result.to_json()
     placed, requested = result.cards_placed, result.cards_requested
-    return {
+    out = {
         "score": doc["score"],
         "optimal": bool(doc["optimal"]),
         "cardsPlaced": placed,
@@ -135,6 +136,9 @@ def plan_fields(result: PlanResult) -> dict[str, Any]:
         "cards": f"{placed}/{requested}",
         "allocations": doc["allocations"],
     }
+    if result.warnings:  # what the kubelet may refuse, and how NUMA zones were counted
+        out["warnings"] = list(result.warnings)
+    return out
 
 
 def summary(result: PlanResult) -> str:
@@ -245,6 +249,7 @@ def infeasible_status(
     now: str,
     conflicts: Sequence[Mapping[str, Any]] = (),
     kind: str = Reason.INFEASIBLE,
+    warnings: Sequence[str] = (),
 ) -> dict[str, Any]:
     """No deployable plan (or no usable snapshot): nothing written, the old placement stays.
 
@@ -253,7 +258,9 @@ def infeasible_status(
     ``gpuplan_conflicts_total`` label and the JSON output's ``kind``.
     """
     keep = "; the previous placement stays applied" if old.get("applied") else ""
-    extra = {"conflicts": [dict(c) for c in conflicts]} if conflicts else None
+    extra: dict[str, Any] = {"conflicts": [dict(c) for c in conflicts]} if conflicts else {}
+    if warnings:
+        extra["warnings"] = list(warnings)
     message = f"no deployable plan: {reason}{keep}"
     return _failed(old, generation, Phase.INFEASIBLE, kind, message, now, extra)
 

@@ -29,7 +29,7 @@ import asyncio
 import json
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -104,6 +104,43 @@ def node_fingerprint(
     return (labels, allocatable, bool(spec.get("unschedulable")), taints)
 
 
+def slice_fingerprint(slice_: Mapping[str, Any]) -> Fingerprint:
+    """A ResourceSlice matters through its spec: which node, which devices, which attributes."""
+    return (json.dumps(slice_.get("spec") or {}, sort_keys=True),)
+
+
+def topology_fingerprint(nrt: Mapping[str, Any]) -> Fingerprint:
+    """A NodeResourceTopology matters through its zones' shape and sizes and the kubelet's policy.
+
+    ``available`` is left out: it moves whenever a pod holding GPUs or exclusive CPUs starts or
+    stops (this operator's own pods included, which would re-plan every plan for nothing), and it
+    is read afresh at every re-plan, as pods are.
+    """
+    zones = tuple(
+        (
+            z.get("name"),
+            z.get("type"),
+            tuple(
+                sorted(
+                    (str(r.get("name")), str(r.get("capacity")), str(r.get("allocatable")))
+                    for r in z.get("resources") or []
+                    if isinstance(r, Mapping)
+                )
+            ),
+        )
+        for z in nrt.get("zones") or []
+        if isinstance(z, Mapping)
+    )
+    attributes = tuple(
+        sorted(
+            (str(a.get("name")), str(a.get("value")))
+            for a in nrt.get("attributes") or []
+            if isinstance(a, Mapping)
+        )
+    )
+    return (zones, attributes)
+
+
 class NodeTracker:
     """Remembers each node's fingerprint; says whether an event changed anything that matters."""
 
@@ -142,18 +179,19 @@ class NodeTracker:
         return node is not None and self.observe("MODIFIED", node, now)
 
 
-class SliceTracker:
-    """The same for DRA ResourceSlices: one matters through its spec (which node, which devices
-    with which attributes); slices change when devices come or go, not on heartbeats."""
+class SpecTracker:
+    """The same for DRA ResourceSlices and NodeResourceTopologies: each object reduced to what
+    planning reads of it (``fingerprint``); only a changed fingerprint counts."""
 
-    def __init__(self) -> None:
-        self.fingerprints: dict[str, str] = {}
+    def __init__(self, fingerprint: Callable[[Mapping[str, Any]], Fingerprint]) -> None:
+        self.fingerprint = fingerprint
+        self.fingerprints: dict[str, Fingerprint] = {}
 
-    def observe(self, event_type: str | None, slice_: Mapping[str, Any]) -> bool:
-        name = str((slice_.get("metadata") or {}).get("name"))
+    def observe(self, event_type: str | None, obj: Mapping[str, Any]) -> bool:
+        name = str((obj.get("metadata") or {}).get("name"))
         if event_type == "DELETED":
             return self.fingerprints.pop(name, None) is not None
-        fp = json.dumps(slice_.get("spec") or {}, sort_keys=True)
+        fp = self.fingerprint(obj)
         before, self.fingerprints[name] = self.fingerprints.get(name), fp
         return event_type is not None and before != fp
 

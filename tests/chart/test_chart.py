@@ -89,6 +89,13 @@ NEEDED = [
     ("apps", "deployments", "delete", False),
     # kopf.event and kopf's own events
     ("", "events", "create", False),
+    # DRA, read-only: cluster.list_resource_slices (and kopf's slice_event), list_resource_claims
+    ("resource.k8s.io", "resourceslices", "list", True),
+    ("resource.k8s.io", "resourceslices", "watch", True),
+    ("resource.k8s.io", "resourceclaims", "list", True),
+    # NUMA zones, read-only: cluster.list_node_topologies and kopf's topology_event
+    ("topology.node.k8s.io", "noderesourcetopologies", "list", True),
+    ("topology.node.k8s.io", "noderesourcetopologies", "watch", True),
     # kopf's resource observation
     ("apiextensions.k8s.io", "customresourcedefinitions", "list", True),
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch", True),
@@ -113,6 +120,10 @@ FORBIDDEN = [
     ("rbac.authorization.k8s.io", "clusterroles", "bind"),
     ("", "serviceaccounts", "impersonate"),
     ("", "users", "impersonate"),
+    ("resource.k8s.io", "resourceslices", "create"),  # it plans on devices, never publishes them
+    ("topology.node.k8s.io", "noderesourcetopologies", "create"),  # nor NUMA zones
+    ("topology.node.k8s.io", "noderesourcetopologies", "update"),
+    ("topology.node.k8s.io", "noderesourcetopologies", "patch"),
 ]
 
 

@@ -53,6 +53,7 @@ class FakeKube(RestVerbs):
         self.writes: list[tuple[str, str]] = []
         self.fail_on: str | None = None  # a path fragment whose writes answer 500
         self.serves_dra = False  # resource.k8s.io/v1, as a cluster with DRA
+        self.serves_nrt = False  # topology.node.k8s.io/v1alpha2, as a cluster with NFD's CRD
 
     # -- seeding ----------------------------------------------------------------------------
 
@@ -81,6 +82,8 @@ class FakeKube(RestVerbs):
         plurals = {"nodes", "pods", "configmaps", "deployments", "priorityclasses", "gpuallocationplans"}
         if self.serves_dra:
             plurals |= {"resourceslices", "resourceclaims", "resourceclaimtemplates"}
+        if self.serves_nrt:
+            plurals.add("noderesourcetopologies")
         found = [i for i, p in enumerate(parts) if p in plurals]
         if not found:  # an API this fake server does not serve (DRA, unless asked)
             raise ApiException(status=404, reason="Not Found")

@@ -6,10 +6,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from gpuplan_operator import status as st
 
 from planner.catalog import BUILTIN_OPERATORS
+from planner.errors import InvalidInput
 from planner.model import ResourceKind
 from planner.parse import parse_spec
 from planner.strategies import KEY_STRATEGIES, SCORINGS, Topology
@@ -64,7 +66,11 @@ def test_the_cel_catalog_list_is_the_builtin_catalog() -> None:
 
 def test_every_schema_node_has_a_type_or_preserves_unknown_fields() -> None:
     def walk(node: dict[str, Any], path: str) -> None:
-        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+        assert (
+            "type" in node
+            or node.get("x-kubernetes-preserve-unknown-fields")
+            or node.get("x-kubernetes-int-or-string")  # a quantity: 4 or "3500m"
+        ), path
         for name, child in (node.get("properties") or {}).items():
             walk(child, f"{path}.{name}")
         if isinstance(node.get("additionalProperties"), dict):
@@ -134,3 +140,30 @@ def test_the_topology_enum_is_the_planners() -> None:
     spec = version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert spec["operators"]["items"]["properties"]["topology"]["enum"] == [t.value for t in Topology]
     assert "topologyAttribute" in spec
+
+
+@pytest.mark.parametrize(
+    ("value", "admitted"),
+    [
+        pytest.param("numaShare", True, id="numaShare is the share of the NUMA node"),
+        pytest.param("4", True, id="whole CPUs as a string"),
+        pytest.param("3500m", True, id="millicores"),
+        pytest.param("2.5", True, id="a decimal number of CPUs"),
+        pytest.param("numashare", False, id="numaShare is spelt with a capital S"),
+        pytest.param("-1", False, id="a negative amount"),
+        pytest.param("4 cpus", False, id="words after the number"),
+        pytest.param("1Ki", False, id="a binary suffix is not a CPU amount"),
+    ],
+)
+def test_the_cpu_request_pattern_admits_what_the_parser_reads(value: str, admitted: bool) -> None:
+    """The schema's pattern and the parser agree on the strings; the parser also refuses zero."""
+    field = version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["operators"]["items"][
+        "properties"
+    ]["cpuRequest"]
+    assert bool(re.match(field["pattern"], value)) is admitted
+    spec = {"requests": {}, "operators": [{"name": "face_1vn", "cpuRequest": value}]}
+    if admitted:
+        parse_spec(spec, name="x", namespace="y")
+    else:
+        with pytest.raises(InvalidInput, match=r"operators\[0\]\.cpuRequest"):
+            parse_spec(spec, name="x", namespace="y")

@@ -41,6 +41,7 @@ def test_node_event_successes_are_dropped_but_failures_kept() -> None:
         return logging.LogRecord("kopf.objects", level, __file__, 1, msg, None, None)
 
     assert not _quiet_node_events(record(logging.INFO, "Handler 'node_event' succeeded."))
+    assert not _quiet_node_events(record(logging.INFO, "Handler 'topology_event' succeeded."))
     assert _quiet_node_events(record(logging.ERROR, "Handler 'node_event' failed with an exception."))
     assert _quiet_node_events(record(logging.INFO, "Handler 'plan_created' succeeded."))
 

@@ -6,7 +6,7 @@ from gpuplan_operator import reserve
 from gpuplan_operator.body import PlanBody
 
 from planner.parse import snapshot
-from planner.result import read_allocations
+from planner.result import Allocation, read_allocations
 from planner.vocab import plan_label_key as label_key_of
 from tests.operator.builders import node, plan, pod
 
@@ -83,3 +83,31 @@ def test_a_plan_being_deleted_uses_no_priority_class() -> None:
     staying = with_applied(plan("staying"), {}, ["ragnaros-cluster-critical-4"])
     got = reserve.priority_classes_in_use(bodies(going, staying), "uid-me")
     assert got == {"ragnaros-cluster-critical-4"}
+
+
+def test_applied_units_hold_the_gpu_pods_cpu_in_whole_cores_rounded_up() -> None:
+    allocations = [{"operator": "a", "resource": "P4", "unitsPerInstance": 2, "nodes": {"n1": 2}}]
+    got = reserve.applied_units(
+        read_allocations(allocations), {"P4": "nvidia.com/gpu"}, {"n1": 7500, "n2": 0}
+    )
+    assert got == {"n1": {"cpu": 8, "nvidia.com/gpu": 4}}
+
+
+def test_applied_zones_sum_each_instances_cards_per_zone() -> None:
+    a = Allocation("a", "P4", None, 3, 2, (("n1", 3),), zones=(
+        ("n1", ((("node-0", 2),), (("node-0", 2),), (("node-0", 1), ("node-1", 1)))),
+    ))  # fmt: skip
+    got = reserve.applied_zones([a], {"P4": "nvidia.com/gpu"})
+    assert got == {"n1": {"node-0": {"nvidia.com/gpu": 5}, "node-1": {"nvidia.com/gpu": 1}}}
+
+
+def test_zones_reserved_by_others_skip_the_plan_itself() -> None:
+    zones = {"n1": {"node-0": {"nvidia.com/gpu": 4}}}
+    me = plan("me")
+    me["status"] = {"applied": {"units": {}, "zones": zones}}
+    other = plan("o")
+    other["status"] = {"applied": {"units": {}, "zones": {"n1": {"node-0": {"nvidia.com/gpu": 2}}}}}
+    assert reserve.zones_reserved_by_others(bodies(me, other), "uid-me") == {
+        "n1": {"node-0": {"nvidia.com/gpu": 2}}
+    }
+    assert reserve.own_zones(me["status"]) == zones

@@ -8,10 +8,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from gpuplan_operator.watch import ChangeFeed, NodeTracker, node_fingerprint, planning_view
+from gpuplan_operator.watch import (
+    ChangeFeed,
+    NodeTracker,
+    SpecTracker,
+    node_fingerprint,
+    planning_view,
+    slice_fingerprint,
+    topology_fingerprint,
+)
 
 from planner.vocab import is_plan_label_key as is_plan_label
 from tests.operator.builders import node
+from tests.test_zones import nrt
 
 
 def test_plan_labels_are_recognised_and_settings_are_not() -> None:
@@ -115,3 +124,30 @@ def test_a_flapping_node_changes_no_fingerprint_and_a_dead_one_does_once_its_gra
     assert not t.recheck("a", T0 + timedelta(seconds=130)), "still within its grace"
     assert t.recheck("a", T0 + timedelta(seconds=160)), "down for the whole grace: re-plan"
     assert t.recheck_in("a") is None and not t.recheck("a"), "once is enough"
+
+
+def test_a_topology_matters_through_its_zones_sizes_not_what_is_available() -> None:
+    t = SpecTracker(topology_fingerprint)
+    before = nrt("n0", [(4, 4), (4, 4)])
+    assert not t.observe(None, before)
+    busier = nrt("n0", [(4, 1), (4, 4)])  # a pod started: only `available` moved
+    assert not t.observe("MODIFIED", busier), "pods coming and going are read at the next re-plan"
+    smaller = nrt("n0", [(4, 1), (2, 2)])
+    assert t.observe("MODIFIED", smaller), "a zone lost cards"
+    strict = nrt("n0", [(4, 1), (2, 2)], policy="single-numa-node")
+    assert t.observe("MODIFIED", strict), "the kubelet's policy changed"
+    assert t.observe("DELETED", strict)
+
+
+def test_a_slice_matters_through_its_devices() -> None:
+    t = SpecTracker(slice_fingerprint)
+    one: dict[str, Any] = {
+        "metadata": {"name": "s"},
+        "spec": {"nodeName": "n0", "devices": [{"name": "gpu-0"}]},
+    }
+    assert not t.observe(None, one)
+    assert not t.observe("MODIFIED", copy.deepcopy(one) | {"metadata": {"name": "s", "resourceVersion": "2"}})
+    two = copy.deepcopy(one)
+    two["spec"]["devices"].append({"name": "gpu-1"})
+    assert t.observe("MODIFIED", two), "a device came"
+    assert t.observe("DELETED", two) and not t.observe("DELETED", two)
