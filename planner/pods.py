@@ -55,6 +55,7 @@ class PodGroup:
     link: bool = False  # the detached link services of an allocation
     instance: int | None = None  # with DRA: the instance's index on the node (an entry each)
     devices: tuple[str, ...] = ()  # with DRA: the devices of this entry
+    part: int | None = None  # with DRA, several detached links of an instance: which one (an entry each)
     zones: tuple[InstanceZones, ...] = ()  # without DRA, NUMA zones: each instance's zones
 
 
@@ -81,9 +82,13 @@ def layout(spec: PlanSpec, allocations: Iterable[Allocation]) -> list[PodGroup]:
                 for i, devs in enumerate(devices[node]):
                     out.append(PodGroup(alloc, op, resource, node, services, 1, key_units, False, i,
                                         tuple(devs[:key_units])))  # fmt: skip
-                    if detached:
-                        out.append(PodGroup(alloc, op, resource, node, links, n_links, 1, True, i,
-                                            tuple(devs[key_units:])))  # fmt: skip
+                    # each detached link pod claims its own card: one entry (and claim) per link
+                    link_devices = devs[key_units:] if detached else ()
+                    for j, dev in enumerate(link_devices):
+                        part = j if len(link_devices) > 1 else None
+                        out.append(
+                            PodGroup(alloc, op, resource, node, links, 1, 1, True, i, (dev,), part=part)
+                        )
                 continue
             here = zones.get(node, ())
             out.append(PodGroup(alloc, op, resource, node, services, count, key_units, zones=here))

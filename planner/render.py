@@ -151,7 +151,9 @@ def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
         problem = problems.get(alloc.resource)
         cpu = pod_cpu(problem, g) if problem is not None else None
         parts = (g.services[0], "link") if g.link else (g.op.key_service,)
-        index = () if g.instance is None else (str(g.instance),)
+        index: tuple[str, ...] = () if g.instance is None else (str(g.instance),)
+        if g.part is not None:
+            index += (str(g.part),)
         name = dns_name(spec.name, *parts, alloc.resource, node, *index)
         entry = _entry(spec, g.op, resource, selector, node, name, g.services, g.pods, g.units, cpu)
         if g.instance is not None and problem is not None:  # GPUs chosen one by one: a claim each

@@ -273,3 +273,23 @@ def test_a_builtin_operator_keeps_its_catalog_values_with_a_cpu_request() -> Non
     face = spec.operator("face_1vn")
     assert face.key_strategy.value == "machine" and face.cpu_request is not None
     assert face.cpu_request.millicores == 4000
+
+
+def test_with_dra_each_detached_link_pod_claims_a_card_of_its_own() -> None:
+    """Two detached links of an 8-card instance: two entries of one pod and one device each (one
+    entry of two pods sharing a two-device claim would leave the second pod waiting forever)."""
+    link = {
+        "name": "face_image_flow",
+        "keyStrategy": "machine",
+        "linkStrategy": "detach-4-2",
+        "services": {"key": "face-image-flow", "link": ["face-surveillance-retrieval"]},
+    }
+    spec = parse_plan(plan_doc({"face_image_flow": {"P4": 8}}, resources=P4_ONLY, operators=[link]))
+    result = plan(spec, snapshot(node_list([("n0", "P4", 8)]), slices_doc=slices({"n0": [4, 4]})))
+    entries = render_flamewakers(spec, result)
+    links = [f for f in entries if "link" in f.entry["name"]]
+    assert len(links) == 2 and len({f.entry["name"] for f in links}) == 2, [f.entry["name"] for f in links]
+    assert all(f.entry["instanceNumber"] == 1 and len(f.entry["devices"]) == 1 for f in links)
+    (key,) = [f for f in entries if f not in links]
+    claimed = [d for f in entries for d in f.entry["devices"]]
+    assert len(key.entry["devices"]) == 6 and sorted(claimed) == sorted(set(claimed)) and len(claimed) == 8
