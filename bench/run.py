@@ -31,7 +31,12 @@ from validate import validate  # noqa: E402
 OUT = HERE / "out"
 BASELINE = "621d1d4"  # the last release whose exact search modelled every node
 CLI = [sys.executable, "-m", "gpuplan"]
-BASELINE_CLI = [sys.executable, "-c", "import sys; from planner.cli import main; sys.exit(main())"]
+BASELINE_CLI = [
+    sys.executable,
+    "-P",
+    "-c",  # -P: the working tree must not shadow the baseline
+    "import sys; from planner.cli import main; sys.exit(main())",
+]
 
 
 def run(
