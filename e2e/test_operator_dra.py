@@ -172,3 +172,41 @@ def test_plans_never_share_a_device_and_a_deleted_plan_frees_its_devices(
     assert {r.device for r in pod_devices(api, pod)} == set(g[0])
     held = no_device_held_twice(api)
     assert {r.device for r in held if r.pool == node} == {"gpu-0", "gpu-1"} | set(b[0]) | set(g[0])
+
+
+def test_a_cordon_recreates_only_the_pods_that_were_on_the_cordoned_node(
+    api: Api,
+    kubectl: Kubectl,
+    ns: str,
+    device_class: str,
+    gpu_nodes: Callable[..., dict[str, list[Gpu]]],
+) -> None:
+    """An instance's devices name its claim template, and so its pod: a re-plan after a cordon
+    keeps every instance that did not have to move on the same devices, so its pod runs on."""
+    made = gpu_nodes("keep", count=3)
+    gpu_type = next(iter(made)).rsplit("-", 1)[0]
+    requests = {"a": 4, "b": 4, "c": 2, "d": 2, "e": 1, "f": 1}
+    kubectl.apply(plan_manifest(ns, "steady", dra_spec(gpu_type, device_class, requests)))
+    before = planned(wait_for("the plan applied and Ready", settled(api, ns, "steady"), timeout=120))
+    pods = wait_for("the plan's pods Running", plan_pods_running(api, ns, "steady", 6), timeout=120)
+    uids = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in pods}
+    victim = max(before, key=lambda n: (len(before[n]), n))
+    assert len(before) > 1 or len(made) == 1, before  # something stays put
+
+    api.patch("v1", "nodes", victim, {"spec": {"unschedulable": True}})
+
+    def replanned() -> dict[str, Any] | None:
+        st = (api.plan(ns, "steady") or {}).get("status") or {}
+        return st if st.get("allocations") and victim not in planned(st) else None
+
+    after = planned(wait_for("the re-plan without the cordoned node", replanned, timeout=60))
+    pods = wait_for("the plan's pods Running again", plan_pods_running(api, ns, "steady", 6), timeout=120)
+    for node, sets in before.items():
+        if node != victim:
+            assert set(sets) <= set(after.get(node, [])), (node, sets, after)
+    stayed = {uid for uid, node in uids.items() if node != victim}
+    running = {p["metadata"]["uid"] for p in pods}
+    assert stayed <= running, "pods of instances that did not move were recreated"
+    assert not {p["spec"]["nodeName"] for p in pods} & {victim}
+    assert allocated_sets(api, pods) == {n: sorted(v, key=sorted) for n, v in after.items()}
+    no_device_held_twice(api)

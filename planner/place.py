@@ -29,6 +29,8 @@ from planner.options import Item, Split, TypeProblem
 
 NodeCounts = dict[str, int]
 Previous = Mapping[str, tuple[int, Mapping[str, int]]]  # operator -> (units, node -> count)
+# with GPUs chosen one by one: operator -> node -> the device names of each instance there
+PreviousDevices = Mapping[str, Mapping[str, Sequence[Sequence[str]]]]
 
 
 class FreeUnits:

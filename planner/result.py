@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from planner.codes import ConflictKind, Method, SolveStatus
 from planner.errors import InvalidInput
@@ -106,7 +106,39 @@ def read_allocation(doc: Any, where: str) -> Allocation:
         instances,
         units,
         counts,
+        devices=_devices(doc.get("devices", {}), dict(counts), units, f"{where}.devices"),
+        straddling=_count(doc.get("straddling", 0), f"{where}.straddling"),
     )
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(where, f"expected a count, got {value!r}")
+    return value
+
+
+def _devices(
+    value: Any, counts: Mapping[str, int], units: int, where: str
+) -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]:
+    """``devices``: node -> the device names of each instance there (DRA plans only)."""
+    if not isinstance(value, Mapping):
+        raise InvalidInput(where, "expected an object of node name -> device lists")
+    out = []
+    for node, lists in sorted(value.items()):
+        here = f"{where}.{node}"
+        if node not in counts:
+            raise InvalidInput(here, "a node the allocation has no instances on")
+        if not isinstance(lists, list) or len(lists) != counts[node]:
+            raise InvalidInput(here, f"expected {counts[node]} device lists, one per instance")
+        for k, devs in enumerate(lists):
+            if (
+                not isinstance(devs, list)
+                or len(devs) != units
+                or not all(isinstance(d, str) and d for d in devs)
+            ):
+                raise InvalidInput(f"{here}[{k}]", f"expected {units} device names")
+        out.append((str(node), tuple(tuple(devs) for devs in lists)))
+    return tuple(out)
 
 
 def read_allocations(value: Any, where: str = "allocations") -> tuple[Allocation, ...]:
@@ -117,12 +149,28 @@ def read_allocations(value: Any, where: str = "allocations") -> tuple[Allocation
 
 
 GPU = ResourceKind.GPU
-Previous = dict[tuple[str, str], tuple[int, dict[str, int]]]  # (operator, resource) -> placement
+
+
+class Placement(NamedTuple):
+    """Where a request's instances were: cards each, instances per node, and (GPUs chosen one by
+    one) each instance's devices per node."""
+
+    units: int
+    nodes: dict[str, int]
+    devices: dict[str, list[tuple[str, ...]]] = {}  # noqa: RUF012 (read only)
+
+
+Previous = dict[tuple[str, str], Placement]  # (operator, resource) -> placement
 
 
 def previous_placements(allocations: tuple[Allocation, ...]) -> Previous:
-    """Where each request's instances were: (operator, resource) -> (units each, node -> count)."""
-    return {(a.operator, a.resource): (a.units, dict(a.nodes)) for a in allocations}
+    """Where each request's instances were, by (operator, resource)."""
+    return {
+        (a.operator, a.resource): Placement(
+            a.units, dict(a.nodes), {node: list(lists) for node, lists in a.devices}
+        )
+        for a in allocations
+    }
 
 
 @dataclass(frozen=True)

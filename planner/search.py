@@ -21,7 +21,7 @@ from planner.devices import natural
 from planner.model import PlanSpec, ResourceKind, Snapshot
 from planner.options import Item, TypeProblem, build_problems
 from planner.outcome import Outcome, Progress
-from planner.place import Previous, greedy_place, improvable, moved
+from planner.place import Previous, PreviousDevices, greedy_place, improvable, moved
 from planner.pods import concerned, cpu_by_node, cpu_note, cpu_warnings, layout
 from planner.result import Allocation, Conflict, PlanResult, TypeStats
 from planner.result import Previous as PreviousPlan
@@ -169,6 +169,7 @@ def solve_type(
     *,
     workers: int = 1,
     previous: Previous | None = None,
+    previous_devices: PreviousDevices | None = None,
     polish_seconds: float = 0.5,
     progress: Progress | None = None,
 ) -> tuple[Outcome, Method]:
@@ -183,7 +184,9 @@ def solve_type(
     if sum(it.request.cards for it in problem.items) > sum(f for _, f in problem.nodes):
         return Outcome(status=SolveStatus.INFEASIBLE), Method.COUNTING
     if problem.topology_aware:
-        out, method = _solve_with_devices(problem, seconds, workers, previous, progress, start)
+        out, method = _solve_with_devices(
+            problem, seconds, workers, previous, previous_devices, progress, start
+        )
     else:
         out, method = _solve(problem, seconds, workers, previous, progress)
         if out.choice is not None and out.nodes is not None and out.score is not None and polish_seconds > 0:
@@ -219,6 +222,7 @@ def _solve_with_devices(
     seconds: float,
     workers: int,
     previous: Previous | None,
+    previous_devices: PreviousDevices | None,
     progress: Progress | None,
     start: float,
 ) -> tuple[Outcome, Method]:
@@ -233,7 +237,15 @@ def _solve_with_devices(
         if score.status is SolveStatus.INFEASIBLE:
             return score, method
     left = max(0.1, seconds - (time.monotonic() - start))
-    return topology.solve(problem, seconds=left, workers=workers, score=score, previous=previous), method
+    out = topology.solve(
+        problem,
+        seconds=left,
+        workers=workers,
+        score=score,
+        previous=previous,
+        previous_devices=previous_devices,
+    )
+    return out, method
 
 
 def plan(
@@ -264,14 +276,17 @@ def plan(
             problems = _after_gpu_pods(spec, snap, problems, [a for j in sorted(placed) for a in placed[j]])
         problem = problems[i]
         share = max(0.05, (deadline - time.monotonic()) / (len(problems) - step))
-        prev = None
+        prev, devices = None, None
         if previous is not None:
-            prev = {op: v for (op, res), v in previous.items() if res == problem.resource.name}
+            mine = {op: v for (op, res), v in previous.items() if res == problem.resource.name}
+            prev = {op: (v.units, v.nodes) for op, v in mine.items()}
+            devices = {op: v.devices for op, v in mine.items() if v.devices}
         out, method = solve_type(
             problem,
             share,
             workers=workers,
             previous=prev,
+            previous_devices=devices,
             polish_seconds=polish_seconds,
             progress=progress,
         )

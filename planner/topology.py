@@ -14,9 +14,13 @@ node's domains; that can lower the score, so with such operators level 1 is solv
 module's model too. Otherwise the score comes from the ordinary search (fast path or node
 classes) and this model only re-arranges placements of equal score.
 
-Levels 2 and 3 are solved one after the other (each level's optimum is then a constraint), which
-CP-SAT proves far faster than one weighted objective, starting from the ordinary search's placement
-packed into domains node by node; a stage that runs out of time leaves the best plan so far.
+Each level has a bound that holds for every plan at the score (:mod:`planner.arrange`), and a
+layout made for the domains without a solver usually reaches both: then the plan is proven and no
+model is built. Otherwise levels 2 and 3 are solved one after the other (each level's optimum is
+then a constraint), which CP-SAT proves far faster than one weighted objective, starting from the
+better of that layout and the ordinary search's placement packed into domains; a level its layout
+already reaches is proven by the bound, and a stage that runs out of time leaves the best plan so
+far. Only the splits that can reach the score are modelled.
 
 The model is per node and per domain: for every request, split and node, how many instances sit
 inside each domain (``c``), and how many straddle (``t``) taking how many devices from each domain
@@ -33,20 +37,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from planner.arrange import Before, Domains, Layout, admissible, arrange, pack
 from planner.codes import SolveStatus
 from planner.cpsat import cp_model
-from planner.devices import Domain
-from planner.options import Item, TypeProblem
+from planner.options import TypeProblem
 from planner.outcome import Outcome, Progress
-from planner.place import NodeCounts, Previous
+from planner.place import Previous, PreviousDevices
 from planner.strategies import Topology
-
-DeviceLists = dict[str, list[list[str]]]  # node -> one list of device names per instance
-Value = Callable[[cp_model.IntVar], int]  # a solution: a solver's values, or a hint's
 
 
 @dataclass
@@ -57,68 +57,53 @@ class _Vars:
     y: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
     u: dict[tuple[str, int], cp_model.IntVar] = field(default_factory=dict)  # domain left whole
 
-
-def node_domains(problem: TypeProblem) -> dict[str, tuple[Domain, ...]]:
-    """Every usable node's domains; a node without device detail is one anonymous domain."""
-    return {name: problem.domains.get(name) or (Domain("", free, ()),) for name, free in problem.nodes}
-
-
-def may_straddle(item: Item, units: int, domains: Sequence[Domain]) -> bool:
-    """Straddling is possible on a node with several domains, and allowed unless ``required``
-    forbids it (an instance that fits in one of the node's domains must sit in one)."""
-    if units < 2 or len(domains) < 2:
-        return False
-    return item.topology is not Topology.REQUIRED or units > max(d.total for d in domains)
+    def all(self) -> list[cp_model.IntVar]:
+        return [*self.c.values(), *self.t.values(), *self.sd.values(), *self.y.values(), *self.u.values()]
 
 
 class TopologyModel:
-    def __init__(self, problem: TypeProblem, forced: Mapping[int, int] | None = None) -> None:
+    """Per request, split, node and domain: how many instances sit inside the domain (``c``), how
+    many straddle the node (``t``) taking how many devices from each domain (``sd``)."""
+
+    def __init__(self, problem: TypeProblem, doms: Domains, floor: Fraction | None = None) -> None:
         self.problem = problem
-        self.domains = node_domains(problem)
-        node_free = dict(problem.nodes)
-        # free devices per (node, domain); a node without device detail is one anonymous domain
-        self.free = {
-            (node, d): len(dom.free) if node in problem.domains else node_free[node]
-            for node, doms in self.domains.items()
-            for d, dom in enumerate(doms)
-        }
+        self.doms = doms
         self.model = cp_model.CpModel()
         self.v = _Vars()
-        self.hinted: dict[cp_model.IntVar, int] | None = None  # a whole solution to fall back on
         m, v = self.model, self.v
         scores = [s.score for it in problem.items for s in it.splits]
         self.scale = math.lcm(*(s.denominator for s in scores)) if scores else 1
         use: dict[tuple[str, int], list[cp_model.LinearExprT]] = {}
-        straddles: list[cp_model.LinearExprT] = []
+        straddles: list[cp_model.IntVar] = []
+        allowed = admissible(problem, floor)
         for it in problem.items:
             ys = []
-            for s, split in enumerate(it.splits):
+            for s in allowed[it.index]:
+                split = it.splits[s]
                 y = m.new_bool_var(f"y{it.index}_{s}")
                 v.y[it.index, s] = y
                 ys.append(y)
-                if forced is not None and it.index in forced and forced[it.index] != s:
-                    m.add(y == 0)
                 g, placed = split.units, []
                 most = 1 if it.distinct else split.instances
-                for node, doms in self.domains.items():
+                for node, domains in doms.domains.items():
                     here = []
-                    for d in range(len(doms)):
-                        if self.free[node, d] >= g:
+                    for d in range(len(domains)):
+                        if doms.contains(g, (node, d)):
                             c = m.new_int_var(
-                                0, min(most, self.free[node, d] // g), f"c{it.index}_{s}_{node}_{d}"
+                                0, min(most, doms.free[node, d] // g), f"c{it.index}_{s}_{node}_{d}"
                             )
                             v.c[it.index, s, node, d] = c
                             use.setdefault((node, d), []).append(g * c)
                             here.append(c)
-                    if may_straddle(it, g, doms) and node_free[node] >= g:
-                        cap = min(most, node_free[node] // g)
+                    if doms.straddles(it, g, node):
+                        cap = min(most, doms.node_free[node] // g)
                         t = m.new_int_var(0, cap, f"t{it.index}_{s}_{node}")
                         v.t[it.index, s, node] = t
                         parts = []
-                        for d in range(len(doms)):
-                            if self.free[node, d]:
+                        for d in range(len(domains)):
+                            if doms.free[node, d]:
                                 sd = m.new_int_var(
-                                    0, min(g * cap, self.free[node, d]), f"sd{it.index}_{s}_{node}_{d}"
+                                    0, min(g * cap, doms.free[node, d]), f"sd{it.index}_{s}_{node}_{d}"
                                 )
                                 v.sd[it.index, s, node, d] = sd
                                 use.setdefault((node, d), []).append(sd)
@@ -137,130 +122,61 @@ class TopologyModel:
                     m.add(y == 0)
             m.add_exactly_one(ys)
         whole: list[cp_model.LinearExprT] = []
-        for (node, d), free in self.free.items():
-            terms = use.get((node, d), [])
+        for spot, free in doms.free.items():
+            terms = use.get(spot, [])
             if terms:
                 m.add(sum(terms) <= free)
-            dom = self.domains[node][d]
-            if node in problem.domains and free and free == dom.total:  # whole now: may stay whole
-                u = m.new_bool_var(f"u_{node}_{d}")
-                v.u[node, d] = u
+            if spot in doms.whole:  # whole now: may stay whole
+                u = m.new_bool_var(f"u_{spot[0]}_{spot[1]}")
+                v.u[spot] = u
                 if terms:
                     m.add(sum(terms) <= free * (1 - u))
                 whole.append(free * u)
         self.score = sum(
-            int(split.score * self.scale) * v.y[it.index, s]
-            for it in problem.items
-            for s, split in enumerate(it.splits)
+            int(it.splits[s].score * self.scale) * y
+            for (i, s), y in v.y.items()
+            for it in (problem.items[i],)
         )
-        self.straddles: list[cp_model.LinearExprT] = straddles
-        self.whole: list[cp_model.LinearExprT] = whole
-        self.whole_max = sum(self.free.values())
+        self.straddles = straddles
+        self.whole = whole
 
-    def secondary(self) -> cp_model.LinearExprT:
-        """Straddling instances first, then cards not left in whole domains (lower is better)."""
-        weight = self.whole_max + 1
-        return cp_model.LinearExpr.sum([weight * t for t in self.straddles] + [-1 * w for w in self.whole])
-
-    def keep(self, value: Value) -> None:
-        """Start the next stage from the solution the last one found."""
+    def hint(self, layout: Layout) -> None:
+        """Start the next search from ``layout``."""
         self.model.clear_hints()  # type: ignore[no-untyped-call]
         v = self.v
-        for group in (v.c, v.t, v.sd, v.y, v.u):
-            for var in group.values():
-                self.model.add_hint(var, value(var))
-
-    def hint(self, choice: Sequence[int], nodes: Sequence[NodeCounts]) -> None:
-        """Start from the ordinary search's placement, its instances packed into domains node by
-        node (largest first, each into the fullest domain it fits, else spread over the node's
-        domains): a whole solution to start from, which a per-node model of hundreds of nodes
-        does not find on its own within seconds."""
-        v = self.v
-        values: dict[cp_model.IntVar, int] = {}
-        complete = True
-        for it in self.problem.items:
-            for s in range(len(it.splits)):
-                values[v.y[it.index, s]] = int(s == choice[it.index])
-        for group in (v.c, v.t, v.sd):
-            for var in group.values():
-                values[var] = 0
-        for node, doms in self.domains.items():
-            left = [self.free[node, d] for d in range(len(doms))]
-            here = sorted(
-                (
-                    (it.splits[choice[it.index]].units, it.index)
-                    for it in self.problem.items
-                    for _ in range(nodes[it.index].get(node, 0))
-                ),
-                reverse=True,
-            )
-            for g, i in here:
-                s = choice[i]
-                fits = [d for d in range(len(doms)) if left[d] >= g and (i, s, node, d) in v.c]
-                if fits:
-                    d = min(fits, key=lambda d: left[d])
-                    values[v.c[i, s, node, d]] += 1
-                    left[d] -= g
-                    continue
-                if (i, s, node) not in v.t:
-                    complete = False  # the model has no place for this instance here
-                    continue
-                values[v.t[i, s, node]] += 1
-                need = g
-                for d in sorted(range(len(doms)), key=lambda d: -left[d]):
-                    take = min(need, left[d])
-                    if take and (i, s, node, d) in v.sd:
-                        values[v.sd[i, s, node, d]] += take
-                        left[d] -= take
-                        need -= take
-            for d in range(len(doms)):
-                if (node, d) in v.u:
-                    values[v.u[node, d]] = int(left[d] == self.free[node, d])
+        values = dict.fromkeys(v.all(), 0)
+        for (i, s), y in v.y.items():
+            values[y] = int(s == layout.choice[i])
+        for (i, node, d), n in layout.contained.items():
+            values[v.c[i, layout.choice[i], node, d]] += n
+        for (i, node), n in layout.straddling.items():
+            values[v.t[i, layout.choice[i], node]] += n
+        for (i, node, d), n in layout.spans.items():
+            values[v.sd[i, layout.choice[i], node, d]] += n
+        used = {(node, d) for (_, node, d), n in [*layout.contained.items(), *layout.spans.items()] if n}
+        for spot, u in v.u.items():
+            values[u] = int(spot not in used)
         for var, value in values.items():
             self.model.add_hint(var, value)
-        self.hinted = values if complete else None
 
-    def read(self, value: Value) -> tuple[list[int], list[NodeCounts], list[DeviceLists], list[int]]:
-        """Choice, node counts, device names per instance, and how many instances straddle per item."""
-        v, problem = self.v, self.problem
-        choice = [next(s for s in range(len(it.splits)) if value(v.y[it.index, s])) for it in problem.items]
-        nodes: list[NodeCounts] = [{} for _ in problem.items]
-        devices: list[DeviceLists] = [{} for _ in problem.items]
-        straddling = [0] * len(problem.items)
-        cursor = {(node, d): 0 for node, doms in self.domains.items() for d in range(len(doms))}
-
-        def take(node: str, d: int, n: int) -> list[str]:
-            dom = self.domains[node][d]
-            start = cursor[node, d]
-            cursor[node, d] = start + n
-            return list(dom.free[start : start + n])
-
-        for it in problem.items:  # contained instances first: each takes devices of one domain
-            s, g = choice[it.index], it.splits[choice[it.index]].units
-            for node, doms in self.domains.items():
-                for d in range(len(doms)):
-                    n = value(v.c[it.index, s, node, d]) if (it.index, s, node, d) in v.c else 0
-                    for _ in range(n):
-                        nodes[it.index][node] = nodes[it.index].get(node, 0) + 1
-                        names = take(node, d, g)
-                        if names:
-                            devices[it.index].setdefault(node, []).append(names)
-        for it in problem.items:  # then straddlers, from the domains the model gave them
-            s, g = choice[it.index], it.splits[choice[it.index]].units
-            for node, doms in self.domains.items():
-                t = value(v.t[it.index, s, node]) if (it.index, s, node) in v.t else 0
-                if not t:
-                    continue
-                nodes[it.index][node] = nodes[it.index].get(node, 0) + t
-                straddling[it.index] += t
-                pool: list[str] = []
-                for d in range(len(doms)):
-                    if (it.index, s, node, d) in v.sd:
-                        pool += take(node, d, value(v.sd[it.index, s, node, d]))
-                for k in range(t):
-                    if pool:
-                        devices[it.index].setdefault(node, []).append(pool[k * g : (k + 1) * g])
-        return choice, nodes, devices, straddling
+    def layout(self, solver: cp_model.CpSolver) -> Layout:
+        """The layout of a solution."""
+        v = self.v
+        choice = [0] * len(self.problem.items)
+        for (i, s), y in v.y.items():
+            if solver.value(y):
+                choice[i] = s
+        out = Layout(choice)
+        for (i, s, node, d), c in v.c.items():
+            if s == choice[i] and (n := solver.value(c)):
+                out.contained[i, node, d] = n
+        for (i, s, node), t in v.t.items():
+            if s == choice[i] and (n := solver.value(t)):
+                out.straddling[i, node] = n
+        for (i, s, node, d), sd in v.sd.items():
+            if s == choice[i] and (n := solver.value(sd)):
+                out.spans[i, node, d] = n
+        return out
 
 
 def required_anywhere(problem: TypeProblem) -> bool:
@@ -273,6 +189,21 @@ def _solver(seconds: float, workers: int) -> cp_model.CpSolver:
     return make(seconds, workers, 2)
 
 
+def _outcome(
+    doms: Domains,
+    layout: Layout,
+    status: SolveStatus,
+    floor: Fraction,
+    bound: Fraction | None,
+    before: Before,
+) -> Outcome:
+    nodes, devices, straddling = doms.read(layout, before)
+    out = Outcome(status, layout.choice, nodes, floor, bound)
+    out.devices = devices
+    out.straddling = straddling
+    return out
+
+
 def solve(
     problem: TypeProblem,
     *,
@@ -280,42 +211,59 @@ def solve(
     workers: int = 1,
     score: Outcome | None = None,
     previous: Previous | None = None,
+    previous_devices: PreviousDevices | None = None,
     progress: Progress | None = None,
 ) -> Outcome:
     """The best plan with devices: ``score`` is the ordinary search's outcome, when it can be
     trusted for level 1 (no ``required`` operator); else level 1 is solved here too."""
     start = time.monotonic()
     deadline = start + seconds
-    tm = TopologyModel(problem)
-    floor: Fraction | None = None
-    bound: Fraction | None = None
-    best: Value | None = None  # the best solution so far (a solver's, or the placement hinted)
+    doms = Domains(problem)
+    before = {
+        it.index: (previous_devices or {})[it.label]
+        for it in problem.items
+        if it.label in (previous_devices or {})
+    }
     branches = 0
-    status = SolveStatus.OPTIMAL
+    layouts: list[Layout] = []
     if score is not None and score.score is not None and not required_anywhere(problem):
-        floor, bound = score.score, score.bound
-        status = score.status
-        if score.choice is not None and score.nodes is not None:
-            tm.hint(score.choice, score.nodes)
-            if tm.hinted is not None:
-                best = tm.hinted.__getitem__
+        floor, bound, status = score.score, score.bound, score.status
+        if score.choice is not None:
+            if score.nodes is not None and (packed := pack(problem, doms, score.choice, score.nodes)):
+                layouts.append(packed)
+            if arranged := arrange(problem, doms, score.choice, previous or {}, before):
+                layouts.append(arranged)
     else:
-        tm.model.maximize(tm.score)
+        first = TopologyModel(problem, doms)
+        first.model.maximize(first.score)
         solver = _solver(deadline - time.monotonic(), workers)
-        result = solver.solve(tm.model)
+        result = solver.solve(first.model)
         branches += solver.num_branches
         if result == cp_model.INFEASIBLE:
             return Outcome(SolveStatus.INFEASIBLE, seconds=time.monotonic() - start, branches=branches)
         if result not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             out = Outcome(SolveStatus.UNKNOWN, seconds=time.monotonic() - start, branches=branches)
-            out.bound = Fraction(math.floor(solver.best_objective_bound + 1e-6), tm.scale)
+            out.bound = Fraction(math.floor(solver.best_objective_bound + 1e-6), first.scale)
             return out
-        floor = Fraction(round(solver.objective_value), tm.scale)
-        bound = Fraction(math.floor(solver.best_objective_bound + 1e-6), tm.scale)
+        floor = Fraction(round(solver.objective_value), first.scale)
+        bound = Fraction(math.floor(solver.best_objective_bound + 1e-6), first.scale)
         status = SolveStatus.OPTIMAL if result == cp_model.OPTIMAL else SolveStatus.FEASIBLE
-        tm.model.clear_objective()  # type: ignore[no-untyped-call]
-        best = solver.value
-    assert floor is not None
+        layouts.append(first.layout(solver))
+        if arranged := arrange(problem, doms, layouts[0].choice, previous or {}, before):
+            layouts.append(arranged)
+    allowed = admissible(problem, floor)
+    floor2, ceiling3 = doms.straddle_floor(allowed), doms.whole_ceiling(allowed)
+    # the first layout wins a tie: the ordinary search's placement, which places each strategy's
+    # instances its way; on a re-plan that knows the devices, the layout that puts instances back
+    # into the domains of their devices, so that they can keep them (and their pods)
+    if before:
+        layouts.reverse()
+    best = min(layouts, key=doms.rank, default=None)
+    if best is not None and doms.rank(best) == (floor2, -ceiling3):
+        out = _outcome(doms, best, status, floor, bound, before)  # both levels proven by their bounds
+        out.branches, out.seconds = branches, time.monotonic() - start
+        return out
+    tm = TopologyModel(problem, doms, floor)
     tm.model.add(tm.score >= int(floor * tm.scale))
     # Levels 2 and 3 one after the other: as one weighted objective CP-SAT found the same plan but
     # could not prove it (a type of 25 NUMA-zoned nodes: a gap of one card after 10 s); in two
@@ -326,9 +274,20 @@ def solve(
     for level, objective in (("straddling", tm.straddles), ("whole", tm.whole)):
         if not objective:
             continue
-        if best is not None:
-            tm.keep(best)
         total = cp_model.LinearExpr.sum(objective)
+        if best is not None and level == "straddling" and doms.straddled(best) == floor2:
+            tm.model.add(total <= floor2)  # proven by the bound
+            continue
+        if best is not None and level == "whole":
+            # the ceiling takes every instance that need not straddle to be inside a domain,
+            # true only while level 2 holds at its floor
+            if doms.straddled(best) > floor2:
+                ceiling3 = doms.whole_ceiling(allowed, contained=False)
+            if doms.kept_whole(best) == ceiling3:
+                tm.model.add(total >= ceiling3)  # proven by the bound
+                continue
+        if best is not None:
+            tm.hint(best)
         if level == "straddling":
             tm.model.minimize(total)
         else:
@@ -346,7 +305,7 @@ def solve(
         proven = proven and result == cp_model.OPTIMAL
         found = round(stage.objective_value)
         tm.model.add(total <= found if level == "straddling" else total >= found)
-        best = stage.value
+        best = tm.layout(stage)
     if best is None:  # nothing arranged yet (no straddling possible, no whole domain): any placement
         solver = _solver(max(0.1, deadline - time.monotonic()), workers)
         result = solver.solve(tm.model)
@@ -357,12 +316,7 @@ def solve(
             return Outcome(
                 SolveStatus.UNKNOWN, bound=bound, seconds=time.monotonic() - start, branches=branches
             )
-        best = solver.value
-    choice, nodes, devices, straddling = tm.read(best)
-    if not proven:
-        status = SolveStatus.FEASIBLE
-    out = Outcome(status, choice, nodes, floor, bound, branches=branches)
-    out.devices = devices
-    out.straddling = straddling
-    out.seconds = time.monotonic() - start
+        best = tm.layout(solver)
+    out = _outcome(doms, best, status if proven else SolveStatus.FEASIBLE, floor, bound, before)
+    out.branches, out.seconds = branches, time.monotonic() - start
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuplan.cli import main
+from planner.arrange import Domains
 from planner.codes import SolveStatus
+from planner.cpsat import cp_model
 from planner.devices import parse_claims, parse_slices
 from planner.model import PlanSpec
-from planner.options import build_problems
+from planner.options import TypeProblem, build_problems
+from planner.outcome import Outcome
 from planner.parse import parse_plan, snapshot
 from planner.render import render_desired
-from planner.result import PlanResult
+from planner.result import PlanResult, previous_placements
 from planner.search import plan, solve_type
+from planner.strategies import Topology
+from planner.topology import TopologyModel
 from tests.helpers import node_list, plan_doc
 
 DRIVER = "gpu.gpuplan.test"
@@ -219,7 +225,7 @@ def test_a_domain_attribute_of_choice(tmp_path: Path) -> None:
 
 
 @st.composite
-def device_problems(draw: st.DrawFn):  # type: ignore[no-untyped-def]
+def device_problems(draw: st.DrawFn, topologies: tuple[str, ...] = ("preferred", "none")):  # type: ignore[no-untyped-def]
     nodes = {
         f"n{i}": draw(st.sampled_from([[4, 4], [2, 2, 2, 2], [8], [4, 2]]))
         for i in range(draw(st.integers(1, 3)))
@@ -233,7 +239,7 @@ def device_problems(draw: st.DrawFn):  # type: ignore[no-untyped-def]
         strategy = draw(st.sampled_from(["machine", "service", "single"]))
         name = f"op{i}"
         requests[name] = {"P4": draw(st.sampled_from([1, 2, 3, 4, 6, 8]))}
-        ops.append(operator(name, strategy, draw(st.sampled_from(["preferred", "none"]))))
+        ops.append(operator(name, strategy, draw(st.sampled_from(topologies))))
     return requests, ops, nodes, held
 
 
@@ -274,3 +280,125 @@ def test_a_bare_domain_attribute_is_the_drivers_in_the_claim_and_every_read_is_g
     assert claim["constraints"] == [{"requests": ["gpus"], "matchAttribute": f"{DRIVER}/group"}]
     cel = claim["requests"][0]["exactly"]["selectors"][0]["cel"]["expression"]
     assert cel.startswith(f'device.driver == "{DRIVER}" && "index" in device.attributes["{DRIVER}"] && ')
+
+
+def levels(prob: TypeProblem, out: Outcome) -> tuple[int, int]:
+    """Levels 2 and 3 of a plan, read from its devices: instances straddling, cards left whole."""
+    doms = Domains(prob)
+    assert out.straddling is not None and out.devices is not None
+    straddled = sum(
+        n for it, n in zip(prob.items, out.straddling, strict=True) if it.topology is not Topology.NONE
+    )
+    held = {
+        (node, dev)
+        for lists in out.devices
+        for node, insts in lists.items()
+        for inst in insts
+        for dev in inst
+    }
+    kept = sum(
+        free
+        for (node, d), free in doms.whole.items()
+        if not any((node, dev) in held for dev in doms.domains[node][d].free)
+    )
+    return straddled, kept
+
+
+def model_levels(prob: TypeProblem, score: Fraction) -> tuple[int, int]:
+    """The same levels solved by the full model (every split, no starting layout, no bound used)."""
+    tm = TopologyModel(prob, Domains(prob))
+    tm.model.add(tm.score >= int(score * tm.scale))
+    found = []
+    for objective, minimize in ((tm.straddles, True), (tm.whole, False)):
+        if not objective:
+            found.append(0)
+            continue
+        total = cp_model.LinearExpr.sum(objective)
+        if minimize:
+            tm.model.minimize(total)
+        else:
+            tm.model.maximize(total)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = 30
+        assert solver.solve(tm.model) == cp_model.OPTIMAL
+        value = round(solver.objective_value)
+        tm.model.clear_objective()  # type: ignore[no-untyped-call]
+        tm.model.add(total <= value if minimize else total >= value)
+        found.append(value)
+    return found[0], found[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(device_problems(("preferred", "none", "required")))
+def test_a_plan_proven_by_the_bounds_is_as_good_as_the_full_models(case) -> None:  # type: ignore[no-untyped-def]
+    """The layout made without a solver is called optimal only when its bounds prove it: the full
+    model, solved from scratch, finds nothing better at either level."""
+    requests, ops, nodes, held = case
+    spec = parse_plan(plan_doc(requests, operators=ops, resources=[{"name": "P4"}]))
+    (prob,) = build_problems(
+        spec, snapshot(gpu_nodes(list(nodes)), slices_doc=slices(nodes), claims_doc=claims(held))
+    )
+    out, _ = solve_type(prob, 20)
+    if out.status is SolveStatus.OPTIMAL:
+        assert out.score is not None
+        assert levels(prob, out) == model_levels(prob, out.score)
+
+
+def test_a_hundred_nodes_are_proven_by_the_bounds_without_a_search() -> None:
+    """Eight GPUs in two domains per node, some held, 60% of the free cards asked for: the layout
+    made for the domains reaches both bounds, so no model is built (no branches)."""
+    domains = {f"n{i:03d}": [4, 4] for i in range(100)}
+    held = {n: [j for j in range(8) if (i * 7 + j * 3) % 11 == 0] for i, n in enumerate(domains)}
+    sizes = [1, 2, 4, 8, 16]
+    requests = {f"op{i}": {"P4": sizes[i % 5]} for i in range(40)}
+    strategies = ["machine", "service", "single"]
+    ops = [operator(f"op{i}", strategies[i % 3]) for i in range(40)]
+    spec = parse_plan(plan_doc(requests, operators=ops, resources=[{"name": "P4"}]))
+    (prob,) = build_problems(
+        spec, snapshot(gpu_nodes(list(domains)), slices_doc=slices(domains), claims_doc=claims(held))
+    )
+    out, _ = solve_type(prob, 20)
+    assert out.status is SolveStatus.OPTIMAL and out.branches == 0
+    assert levels(prob, out) == model_levels(prob, out.score or Fraction(0))
+
+
+def _entries(result: PlanResult) -> set[tuple[str, str, int, tuple[str, ...]]]:
+    """Every instance as (operator, node, position on the node, devices): what names its pod."""
+    return {
+        (a.operator, node, k, devs)
+        for a in result.allocations
+        for node, lists in a.devices
+        for k, devs in enumerate(lists)
+    }
+
+
+def test_a_re_plan_keeps_every_instance_on_its_devices_and_a_cordon_moves_only_its_own() -> None:
+    """The devices name an instance's claim and pod: a re-plan of the same cluster changes none,
+    and cordoning a node changes only the instances that were on it."""
+    domains = {f"n{i:02d}": [4, 4] for i in range(30)}
+    held = {n: [j for j in range(8) if (i * 5 + j * 3) % 7 == 0] for i, n in enumerate(domains)}
+    sizes, strategies = [1, 2, 4, 8, 3], ["machine", "service", "single"]
+    requests = {f"op{i}": {"P4": sizes[i % 5]} for i in range(24)}
+    ops = [operator(f"op{i}", strategies[i % 3]) for i in range(24)]
+    spec = parse_plan(plan_doc(requests, operators=ops, resources=[{"name": "P4"}]))
+    nodes = gpu_nodes(list(domains))
+    snap = snapshot(nodes, slices_doc=slices(domains), claims_doc=claims(held))
+    first = plan(spec, snap)
+    assert first.optimal
+    again = plan(spec, snap, previous=previous_placements(first.allocations))
+    assert again.optimal and again.moved == 0
+    assert _entries(again) == _entries(first)
+
+    count: dict[str, int] = {}
+    for a in first.allocations:
+        for node, n in a.nodes:
+            count[node] = count.get(node, 0) + n
+    victim = max(count, key=lambda n: (count[n], n))
+    for item in nodes["items"]:
+        if item["metadata"]["name"] == victim:
+            item["spec"]["unschedulable"] = True
+    cordoned = snapshot(nodes, slices_doc=slices(domains), claims_doc=claims(held))
+    after = plan(spec, cordoned, previous=previous_placements(first.allocations))
+    assert after.optimal and after.moved == count[victim]
+    changed = _entries(first) - _entries(after)
+    assert {node for _, node, _, _ in changed} == {victim}
