@@ -141,3 +141,74 @@ def scale(
         reqs.append((strategy, typ, cards, machines))
         asked[typ] += cards
     return plan_doc(f"scale-{nodes}", list(names), reqs), doc, len(reqs)
+
+
+DRIVER = "gpu.bench.gpuplan.io"
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+
+
+def topology(
+    n: int, fill: float, seed: int = 1
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any], int]:
+    """A DRA cluster: ``n`` nodes of 8 GPUs in two PCIe roots of four, 0-3 GPUs already held by
+    claims, requests of 1-16 cards (machine, service, single) for ``fill`` of the free GPUs.
+    Returns the plan, the NodeList, the ResourceSlices, the ResourceClaims, and the request count."""
+    rng = random.Random(seed)
+    nodes, slices, results = [], [], []
+    free = 0
+    for i in range(n):
+        name = f"dra-{i:04d}"
+        nodes.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"gpuplan.ragnaros.io/gpu-type": "P4"}},
+                "status": {"allocatable": {"cpu": "64"}},
+            }
+        )
+        devices = [
+            {
+                "name": f"gpu-{g}",
+                "attributes": {PCIE_ROOT: {"string": f"pci-{g // 4}"}, "index": {"int": g}},
+            }
+            for g in range(8)
+        ]
+        slices.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{name}-gpus"},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": name,
+                    "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
+            }
+        )
+        held = rng.sample(range(8), rng.choice([0, 0, 1, 2, 3]))
+        results += [{"request": "gpus", "driver": DRIVER, "pool": name, "device": f"gpu-{g}"} for g in held]
+        free += 8 - len(held)
+    requests: list[tuple[str, str, int, int]] = []
+    total = 0
+    while True:
+        cards = rng.choice([1, 2, 4, 4, 8, 8, 16])
+        if total + cards > free * fill:
+            break
+        requests.append((rng.choice(["machine", "service", "single"]), "P4", cards, 0))
+        total += cards
+    plan = plan_doc(f"dra-{n}", ["P4"], requests)
+    claims = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "held", "namespace": "other"},
+                "status": {"allocation": {"devices": {"results": results}}},
+            }
+        ],
+    }
+    list_of = {"apiVersion": "v1", "kind": "List"}
+    return plan, list_of | {"items": nodes}, list_of | {"items": slices}, claims, len(requests)

@@ -142,6 +142,23 @@ def floor(api: Api, deployments: list[dict[str, Any]], pods: int, poll: float) -
     return took
 
 
+def clear_leftovers(api: Api) -> None:
+    """Remove what an interrupted run left (its plan, Deployments, pods and nodes), so a bench
+    stopped halfway does not stop the next one."""
+    if api.plan(NS, PLAN) is not None:
+        # no operator runs now to release the finalizer; the plan's own objects go below
+        api.patch(API, "gpuallocationplans", PLAN, {"metadata": {"finalizers": None}}, NS)
+        api.delete(API, "gpuallocationplans", PLAN, NS)
+    api.kube.request("DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments")
+    api.kube.request("DELETE", f"/api/v1/namespaces/{NS}/pods", body={"gracePeriodSeconds": 0})
+    left = api.nodes(f"{TYPE_KEY}={TYPE}")
+    for node in left:
+        api.delete("v1", "nodes", node["metadata"]["name"])
+    if left:
+        print(f"(removed {len(left)} nodes an earlier run left)", flush=True)
+    wait_for("leftover pods gone", lambda: not api.pods(NS), 300, 0.5)
+
+
 def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> dict[str, Any]:
     names = [f"bench-{i:04d}" for i in range(nodes)]
     for name in names:
@@ -236,6 +253,7 @@ def main() -> None:
     )
     if api.kube.get_or_none(f"/api/v1/namespaces/{NS}") is None:
         api.create("v1", "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    clear_leftovers(api)
     OUT.mkdir(exist_ok=True)
     head = (
         "nodes",

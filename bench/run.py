@@ -25,18 +25,22 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from instances import large, medium, scale  # noqa: E402
-from validate import validate  # noqa: E402
+from instances import large, medium, scale, topology  # noqa: E402
+from validate import validate, validate_devices  # noqa: E402
 
 OUT = HERE / "out"
 BASELINE = "621d1d4"  # the last release whose exact search modelled every node
+# the last commit whose device placement searched a model of every node, split and domain
+TOPOLOGY_BASELINE = "f8bd65f"
 CLI = [sys.executable, "-m", "gpuplan"]
-BASELINE_CLI = [
-    sys.executable,
-    "-P",
-    "-c",  # -P: the working tree must not shadow the baseline
-    "import sys; from planner.cli import main; sys.exit(main())",
-]
+
+
+def baseline_cli(module: str) -> list[str]:
+    # -P: the working tree must not shadow the baseline
+    return [sys.executable, "-P", "-c", f"import sys; from {module} import main; sys.exit(main())"]
+
+
+BASELINE_CLI = baseline_cli("planner.cli")
 
 
 def run(
@@ -72,13 +76,13 @@ def write(name: str, plan: dict[str, Any], nodes: dict[str, Any]) -> tuple[str, 
     return str(p), str(n)
 
 
-def baseline_env() -> dict[str, str] | None:
-    """A checkout of BASELINE on PYTHONPATH (git worktree under bench/out), or None without git."""
-    tree = OUT / f"baseline-{BASELINE}"
+def baseline_env(commit: str = BASELINE) -> dict[str, str] | None:
+    """A checkout of ``commit`` on PYTHONPATH (git worktree under bench/out), or None without git."""
+    tree = OUT / f"baseline-{commit}"
     if not (tree / "planner").is_dir():
         OUT.mkdir(exist_ok=True)
         made = subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(tree), BASELINE],
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(tree), commit],
             capture_output=True,
             text=True,
         )
@@ -161,6 +165,38 @@ def replan_point(label: str, plan: str, nodes: str, first: dict[str, Any]) -> di
     return {"case": label, "wall": wall, "mb": mb, "moved": res.get("moved"), "held": held[victim]}
 
 
+def topology_point(
+    size: int, fill: float, base: dict[str, str] | None, base_timeout: float
+) -> dict[str, Any]:
+    """A DRA cluster: the devices of every instance, fewest straddling, most whole domains left."""
+    plan, nodes, slices, claims, count = topology(size, fill)
+    OUT.mkdir(exist_ok=True)
+    paths = []
+    for what, doc in (("plan", plan), ("nodes", nodes), ("slices", slices), ("claims", claims)):
+        path = OUT / f"dra-{size}-{fill:.0%}-{what}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    p, n, sl, cl = paths
+    args = ["plan", p, "--nodes", n, "--slices", sl, "--claims", cl, "-o", "json", "-q"]
+    label = f"{size} nodes, {count} req, {fill:.0%}, 2 PCIe roots"
+    wall, mb, res = run([*CLI, *args])
+    problems, spans = validate_devices(p, n, sl, cl, res)
+    if problems:
+        raise SystemExit(f"{label}: invalid answer: {problems[:3]}")
+    row(label, "gpuplan", wall, mb, res, f"; {spans} straddling")
+    out = {"case": label, "wall": wall, "mb": mb, "result": describe(res), "straddling": spans}
+    if base is not None:
+        bwall, bmb, bres = run([*baseline_cli("gpuplan.cli"), *args], base, base_timeout)
+        bproblems, bspans = validate_devices(p, n, sl, cl, bres)
+        if bproblems:
+            raise SystemExit(f"{label} (baseline): invalid answer: {bproblems[:3]}")
+        ratio = f"  ({bwall / wall:.0f}x slower)" if bres is not None else f"  (> {bwall / wall:.0f}x)"
+        detail = f"; {bspans} straddling" if bres is not None else ""
+        row("", f"before {TOPOLOGY_BASELINE}", bwall, bmb, bres, detail + ratio)
+        out |= {"baseline_wall": bwall, "baseline_optimal": bool(bres and bres.get("optimal"))}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer points, no baseline, no brute force")
@@ -209,6 +245,14 @@ def main() -> None:
         plan, nodes, count = scale(size, 400, 0.35, seed=3)
         p, n = write(f"fixed-{size}", plan, nodes)
         results["points"].append(point(f"{size} nodes, {count} req (fixed set)", p, n, 1, None, 0))
+
+    print("\nGPUs one by one (DRA ResourceSlices), each instance's devices chosen:")
+    tbase = None if args.quick else baseline_env(TOPOLOGY_BASELINE)
+    results["topology"] = [
+        topology_point(size, fill, tbase if size <= 500 else None, args.baseline_timeout)
+        for fill in (0.6, 0.9)
+        for size in ((100, 1000) if args.quick else (100, 500, 1000, 2000))
+    ]
 
     print("\nre-plan after cordoning the busiest node (--previous):")
     results["replans"] = [
