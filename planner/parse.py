@@ -86,7 +86,13 @@ def parse_plan(doc: Any) -> PlanSpec:
     if not isinstance(name, str) or not name:
         raise InvalidInput("metadata.name", "is required")
     namespace = meta.get("namespace") or "default"
-    return parse_spec(_mapping(doc.get("spec") or {}, "spec"), name=name, namespace=str(namespace))
+    # the API server's schema requires both; the command line holds a file to the same rule
+    if doc.get("spec") is None:
+        raise InvalidInput("spec", "is required (its requests say what each operator asks for)")
+    spec = _mapping(doc["spec"], "spec")
+    if spec.get("requests") is None:
+        raise InvalidInput("requests", "is required: operator -> cards per GPU type, e.g. {face_1vn: {P4: 4}}")
+    return parse_spec(spec, name=name, namespace=str(namespace))
 
 
 def _config_requests(seed: Mapping[str, Any]) -> dict[str, Any]:

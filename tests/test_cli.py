@@ -94,6 +94,8 @@ def test_text_explains_the_choice_and_the_rejected_splits(tmp_path, capsys) -> N
             None, "operators[0].linkStrategy: must look like share-A-B", id="bad link strategy",
         ),
         pytest.param({"kind": "Deployment"}, None, "kind: expected GpuAllocationPlan", id="not a plan"),
+        pytest.param({k: v for k, v in plan_doc({}).items() if k != "spec"}, None, "spec: is required", id="no spec (the API server requires it)"),
+        pytest.param(plan_doc({}) | {"spec": {"resources": [{"name": "P4"}]}}, None, "requests: is required", id="no requests (the API server requires them)"),
     ],
 )  # fmt: skip
 def test_invalid_input_exits_2_with_one_line(tmp_path, capsys, plan, nodes, message) -> None:  # type: ignore[no-untyped-def]
