@@ -61,9 +61,14 @@ def render(plans: Sequence[Any], detail: bool = False, now: datetime | None = No
         per_node: dict[str, list[str]] = {}
         for a in s.get("allocations") or []:
             for node, count in (a.get("nodes") or {}).items():
-                per_node.setdefault(node, []).append(
-                    f"{a['operator']} {count}×{a['unitsPerInstance']} {a['resource']}"
-                )
+                line = f"{a['operator']} {count}×{a['unitsPerInstance']} {a['resource']}"
+                devices = (a.get("devices") or {}).get(node)
+                zones = (a.get("zones") or {}).get(node)
+                if devices:  # GPUs chosen one by one (DRA): each instance's devices
+                    line += " on " + " | ".join(",".join(map(str, d)) for d in devices)
+                elif zones:  # NUMA zones: the zone each instance counted on
+                    line += " in " + ", ".join(map(str, zones))
+                per_node.setdefault(node, []).append(line)
         if per_node:
             out += "placement:\n"
             out += "".join(f"  {node:<24} {', '.join(items)}\n" for node, items in sorted(per_node.items()))
