@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from spawn import launch
+
 VEGETA_MODULE = "github.com/tsenart/vegeta/v12@v12.13.0"
 CACHE_BIN = Path.home() / ".cache" / "gpuplan" / "bin"
 
@@ -146,24 +148,20 @@ class Timed:
 
 
 def timed(cmd: list[str], *, env: dict[str, str] | None = None) -> Timed:
-    """Run ``cmd`` as a separate process; its wall time, CPU time and peak RSS (``wait4``).
+    """Run ``cmd`` as a separate process; its wall time, CPU time and peak RSS (:mod:`spawn`).
 
-    The CPU time and RSS are the process's own (for a process that starts workers, like the
-    load tester's coordinator, its children are not included: they are reported separately).
+    CPU time and peak RSS are ``wait4``'s: the process's own and those of the processes it
+    waited for (the load tester's coordinator waits for its senders: the largest of them).
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.monotonic() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        m = launch(cmd, env=env, stdout=out, stderr=err)
         out.seek(0)
         err.seek(0)
         return Timed(
-            proc.returncode,
-            wall,
-            usage.ru_utime + usage.ru_stime,
-            usage.ru_maxrss / 1024,
+            m.returncode,
+            m.wall_s,
+            m.cpu_s,
+            m.peak_rss_mb,
             out.read().decode(errors="replace"),
             err.read().decode(errors="replace"),
         )

@@ -1,8 +1,9 @@
 """``make bench`` (planner part): the scale curve, re-plans after a cordon, and the previous release.
 
 Every point is a separate process running the real command line (``gpuplan plan -o json``), timed
-by wall clock, with its peak memory from ``wait4``. Every answer is checked by an independent
-validator (instance counts, free units, distinct nodes) before its time is printed.
+by wall clock, with its peak memory (``wait4`` through a small launcher, see :mod:`spawn`). Every
+answer is checked by an independent validator (instance counts, free units, distinct nodes, and
+with DRA each device) before its time is printed.
 
 The comparison in the same run: the release before the node-class model (git ``BASELINE``) runs
 the same inputs as far as it finishes within ``--baseline-timeout``; its ratio to today's planner
@@ -26,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from instances import large, medium, scale, topology  # noqa: E402
+from spawn import launch  # noqa: E402
 from validate import validate, validate_devices  # noqa: E402
 
 OUT = HERE / "out"
@@ -47,25 +49,14 @@ def run(
     cmd: list[str], env: dict[str, str] | None = None, timeout: float | None = None
 ) -> tuple[float, float, Any]:
     """Wall seconds, peak RSS in MB, and the JSON the command printed (None on a time-out)."""
-    start = time.monotonic()
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, env=env)
-        deadline = None if timeout is None else start + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                return time.monotonic() - start, 0.0, None
-            time.sleep(0.005)
-        wall = time.monotonic() - start
-        code = os.waitstatus_to_exitcode(status)
-        if code not in (0, 3):
-            raise SystemExit(f"{' '.join(cmd)} exited {code}")
+        m = launch(cmd, env=env, stdout=out, stderr=subprocess.DEVNULL, timeout=timeout)
+        if m.timed_out:
+            return m.wall_s, 0.0, None
+        if m.returncode not in (0, 3):
+            raise SystemExit(f"{' '.join(cmd)} exited {m.returncode}")
         out.seek(0)
-        return wall, usage.ru_maxrss / 1024, json.loads(out.read())
+        return m.wall_s, m.peak_rss_mb, json.loads(out.read())
 
 
 def write(name: str, plan: dict[str, Any], nodes: dict[str, Any]) -> tuple[str, str]:
