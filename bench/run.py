@@ -174,7 +174,9 @@ def topology_point(
     problems, spans = validate_devices(p, n, sl, cl, res)
     if problems:
         raise SystemExit(f"{label}: invalid answer: {problems[:3]}")
-    row(label, "gpuplan", wall, mb, res, f"; {spans} straddling")
+    branches = sum(s.get("branches", 0) for s in res.get("search", []))
+    how = "devices proven by the bounds" if branches == 0 else f"device model: {branches} branches"
+    row(label, "gpuplan", wall, mb, res, f"; {spans} straddling; {how}")
     out = {"case": label, "wall": wall, "mb": mb, "result": describe(res), "straddling": spans}
     if base is not None:
         bwall, bmb, bres = run([*baseline_cli("gpuplan.cli"), *args], base, base_timeout)
