@@ -91,7 +91,7 @@ def parse_plan(doc: Any) -> PlanSpec:
         raise InvalidInput("spec", "is required (its requests say what each operator asks for)")
     spec = _mapping(doc["spec"], "spec")
     if spec.get("requests") is None:
-        raise InvalidInput("requests", "is required: operator -> cards per GPU type, e.g. {face_1vn: {P4: 4}}")
+        raise InvalidInput("requests", "is required: operator -> cards per type, e.g. {face_1vn: {P4: 4}}")
     return parse_spec(spec, name=name, namespace=str(namespace))
 
 
