@@ -8,9 +8,12 @@ better), then by free cards left in whole domains (more is better). Both levels 
 holds for every plan at the score:
 
 - **straddling:** an instance larger than every domain's free devices straddles wherever it goes;
-- **whole:** the cards that partly used domains cannot hold go into whole ones, and a whole domain
-  touched is lost entire, so at most the whole cards minus the smallest set of whole domains that
-  covers the rest stay whole.
+- **whole:** the cards that partly used domains cannot hold (an instance needs a domain with room
+  for it, a straddler a node with room for it: a small max flow) go into whole ones, and a whole
+  domain touched is lost entire, so at most the whole cards minus the smallest set of whole
+  domains that covers the rest stay whole. This bound takes every instance that need not straddle
+  to sit inside one domain, true of every plan at the straddling bound; past it, the bound is
+  taken with every instance free to straddle.
 
 A layout made for the domains (:func:`arrange`: where instances were before, then the largest
 first, each into the domain it fills best, partly used domains before whole ones) reaches both
@@ -18,8 +21,11 @@ bounds on most clusters; then the plan is proven without building a model, which
 nodes costs more than the rest of the search. Otherwise the better of it and the ordinary search's
 placement packed into domains (:func:`pack`) starts the model's search.
 
-Everything here is deterministic: the same cluster and plan give the same devices, so a re-plan
-of an unchanged cluster rewrites nothing.
+Device names come last (:meth:`Domains.read`). On a re-plan an instance that stays on its node
+goes back into the domain(s) of its devices and keeps them, at the same position among the node's
+instances (the position names its entry, claim template and pod). Everything here is
+deterministic: the same cluster and plan give the same devices, so a re-plan of an unchanged
+cluster rewrites nothing.
 """
 
 from __future__ import annotations
@@ -73,9 +79,8 @@ class Layout:
     choice: list[int]
     contained: dict[tuple[int, str, int], int] = field(default_factory=dict)  # (item, spot) -> instances
     straddling: dict[tuple[int, str], int] = field(default_factory=dict)  # (item, node) -> instances
-    spans: dict[tuple[int, str, int], int] = field(
-        default_factory=dict
-    )  # (item, spot) -> straddlers' devices
+    # (item, spot) -> devices the item's straddling instances on that node take from the domain
+    spans: dict[tuple[int, str, int], int] = field(default_factory=dict)
 
 
 class Domains:
