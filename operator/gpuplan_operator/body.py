@@ -60,6 +60,11 @@ class PlanBody:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def resource_version(self) -> str:
+        """Changes with every write to the plan, status included."""
+        return str((self.raw.get("metadata") or {}).get("resourceVersion") or "")
+
+    @property
     def label_key(self) -> str:
         """The node label key this plan owns."""
         return plan_label_key(self.namespace, self.name)

@@ -5,7 +5,9 @@ Notes
 One reconcile runs at a time, whatever plan it is for (``PlanService.lock``). Plans share the
 cards: a plan is made against the others' applied reservations, so two plans planning at once
 could both take the same free card. Planning is fast (the fast path answers most re-plans without
-a solver), so serialising costs little and makes "never double-book" hold by construction.
+a solver), so serialising costs little and makes "never double-book" hold by construction. A
+readiness check reads a plan's Deployments and pods outside the lock and writes its condition
+under it only if nothing wrote the plan meanwhile, so a re-plan never waits for its reads.
 
 Each reconcile reads the plan afresh from the API server instead of trusting the body an event
 carried: a node-triggered re-plan must see the status the last reconcile wrote, or it would plan
@@ -107,6 +109,7 @@ class PlanService:
         self.metrics = metrics if metrics is not None else Metrics()
         self.lock = threading.Lock()
         self._took: dict[str, float] = {}  # seconds per stage of the reconcile in progress, for its log line
+        self._lock_wait = 0.0  # seconds the reconcile in progress waited for the lock
 
     # --- status -----------------------------------------------------------------------------
 
@@ -142,7 +145,9 @@ class PlanService:
 
         ``trigger`` says why (``gpuplan_replans_total{reason}``); it changes nothing else.
         """
+        asked = time.perf_counter()
         with self.lock:
+            self._lock_wait = time.perf_counter() - asked
             plan = self._live_plan(namespace, name)
             if plan is None:
                 self.metrics.plan_gone(namespace, name)
@@ -185,7 +190,7 @@ class PlanService:
                                 Reason.INVALID, warn=True)  # fmt: skip
         plan = self._mark_planning(plan)
 
-        self._took = {}
+        self._took = {"lock wait": self._lock_wait}
         started = time.perf_counter()
         read = cluster.read_cluster(self.kube)
         pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans))
@@ -311,19 +316,31 @@ class PlanService:
         return cluster.list_operator_pods(self.kube)
 
     def refresh_readiness(self, namespace: str, name: str) -> Outcome | None:
-        """Re-check the ``Ready`` condition of an applied plan (its pods get scheduled later)."""
+        """Re-check the ``Ready`` condition of an applied plan (its pods get scheduled later).
+
+        The plan's Deployments and pods are read without the lock (at a thousand nodes that takes
+        seconds, which a re-plan after a cordon would wait out); the condition is written under
+        it only if nothing wrote the plan meanwhile. Otherwise a reconcile ran, and this reports
+        not ready, so the plan's daemon checks again at its next poll.
+        """
+        plan = self._live_plan(namespace, name)
+        if plan is None:
+            return None
+        old = plan.status
+        stale = old.get("observedGeneration") != plan.generation
+        if old.get("phase") != Phase.APPLIED:
+            phase = old.get("phase") or Phase.PLANNING.value
+            return Outcome(Phase(phase), str(old.get("message") or ""), stale=stale)
+        deployments = cluster.list_plan_deployments(self.kube, namespace, name) if plan.deploy else []
+        pods = cluster.list_plan_pods(self.kube, namespace, name) if plan.deploy else []
+        ready = readiness(deployments, pods, plan.label_key, plan.deploy)
         with self.lock:
-            plan = self._live_plan(namespace, name)
-            if plan is None:
+            current = self._live_plan(namespace, name)
+            if current is None:
                 return None
-            old = plan.status
-            stale = old.get("observedGeneration") != plan.generation
-            if old.get("phase") != Phase.APPLIED:
-                phase = old.get("phase") or Phase.PLANNING.value
-                return Outcome(Phase(phase), str(old.get("message") or ""), stale=stale)
-            deployments = cluster.list_plan_deployments(self.kube, namespace, name) if plan.deploy else []
-            pods = cluster.list_plan_pods(self.kube, namespace, name) if plan.deploy else []
-            ready = readiness(deployments, pods, plan.label_key, plan.deploy)
+            if current.resource_version != plan.resource_version:
+                phase = current.status.get("phase") or Phase.PLANNING.value
+                return Outcome(Phase(phase), str(current.status.get("message") or ""), stale=stale)
             generation = int(old.get("observedGeneration") or 0)
             new = st.with_readiness(old, ready, generation, self.clock())
             if self._write_status(plan, new):

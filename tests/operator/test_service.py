@@ -247,6 +247,39 @@ def test_readiness_is_refreshed_when_pods_get_scheduled() -> None:
     assert ready["status"] == "True" and ready["message"].startswith("1/1")
 
 
+def test_a_readiness_check_raced_by_a_write_to_the_plan_leaves_the_condition_to_the_next_check() -> None:
+    """Its reads run outside the lock: when the plan was written meanwhile (a reconcile), what it
+    read may be half of that reconcile's work, so it writes nothing and says not ready."""
+    kube = p4_cluster(1)
+    kube.put(PLANS_NS, plan(requests={"face_1vn": {"P4": 8}}, deploy=True))
+    svc, _ = service(kube)
+    svc.reconcile("ns", "p")
+    template = kube.items(DEPLOYS)[0]["spec"]["template"]
+    pod = {
+        "metadata": {"name": "x", "labels": template["metadata"]["labels"]},
+        "spec": dict(template["spec"]),
+    }
+    pod["spec"]["nodeName"] = "p4-0"
+    kube.put("api/v1/namespaces/ns/pods", pod)
+    real = kube.request
+
+    def racing(method: str, path: str, **kw: Any) -> Any:
+        if method == "GET" and path.endswith("/namespaces/ns/pods"):  # a reconcile writes meanwhile
+            obj = kube.get_obj(PLANS_NS, "p")
+            assert obj is not None
+            obj["metadata"]["resourceVersion"] += "0"
+        return real(method, path, **kw)
+
+    kube.request = racing  # type: ignore[method-assign]
+    raced = svc.refresh_readiness("ns", "p")
+    assert raced is not None and not raced.ready
+    assert {c["type"]: c for c in status(kube)["conditions"]}["Ready"]["status"] == "False"
+    kube.request = real  # type: ignore[method-assign]
+    again = svc.refresh_readiness("ns", "p")
+    assert again is not None and again.ready
+    assert {c["type"]: c for c in status(kube)["conditions"]}["Ready"]["status"] == "True"
+
+
 def test_a_failing_read_of_the_cluster_is_reported_as_error() -> None:
     kube = p4_cluster()
     kube.put(PLANS_NS, plan(requests=FACE4))
