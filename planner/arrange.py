@@ -410,12 +410,12 @@ def pack(
     first, each into the fullest domain it fits, else spread over the node's domains); None when
     some instance fits no domain of its node and may not straddle there."""
     b = _Builder(doms, choice)
+    on: dict[str, list[tuple[int, int]]] = {}  # node -> (units, item) of each instance there
+    for it in problem.items:
+        for node, count in nodes[it.index].items():
+            on.setdefault(node, []).extend([(b.units(it), it.index)] * count)
     for node in doms.domains:
-        here = sorted(
-            ((b.units(it), it.index) for it in problem.items for _ in range(nodes[it.index].get(node, 0))),
-            reverse=True,
-        )
-        for _, i in here:
+        for _, i in sorted(on.get(node, ()), reverse=True):
             it = problem.items[i]
             d = min(
                 (
@@ -462,69 +462,80 @@ def arrange(
     # the largest first; of one size, requests that need distinct nodes first, the most instances
     # first (the others then fill what is left)
     order = sorted(problem.items, key=lambda it: (-b.units(it), not it.distinct, -todo[it.index]))
-    spots = _Spots(b)
+    index = _Index(b)
     for it in order:
         g = b.units(it)
         for _ in range(todo[it.index]):
             avoid = taken[it.index] if it.distinct else set()
-            spot = spots.best(g, avoid)
+            spot = index.best_domain(g, avoid)
             if spot is not None:
                 b.contain(it, *spot)
-                spots.moved(spot)
                 node = spot[0]
             else:  # no domain holds it: the node where it spoils the fewest whole domains
-                node_ = _straddle_node(b, it, avoid)
-                if node_ is None or not b.straddle(it, node_):
+                found = index.best_node(it, g, avoid)
+                if found is None or not b.straddle(it, found):
                     return None
-                node = node_
-                spots.refresh(node)
+                node = found
+            index.changed(node)
             taken[it.index].add(node)
     return b.layout
 
 
-class _Spots:
-    """Domains by (whole, cards left), in a fixed order: the best domain for an instance is found
-    without scanning every node."""
+class _Index:
+    """Domains by (whole, cards left) and nodes by (cards left in partly used domains, cards left),
+    each in a fixed order: the best place for an instance is found without scanning every node."""
 
     def __init__(self, b: _Builder) -> None:
         self.b = b
-        self.buckets: dict[tuple[bool, int], dict[Spot, None]] = {}
-        self.where: dict[Spot, tuple[bool, int]] = {}
+        self.domains: dict[tuple[bool, int], dict[Spot, None]] = {}
+        self.domain_key: dict[Spot, tuple[bool, int]] = {}
+        self.nodes: dict[tuple[int, int], dict[str, None]] = {}
+        self.node_key: dict[str, tuple[int, int]] = {}
         for spot in b.doms.free:
-            self._put(spot)
+            self._put_domain(spot)
+        for node in b.doms.domains:
+            self._put_node(node)
 
-    def _put(self, spot: Spot) -> None:
+    def _put_domain(self, spot: Spot) -> None:
         key = (spot in self.b.whole, self.b.left[spot])
-        self.where[spot] = key
-        self.buckets.setdefault(key, {})[spot] = None
+        self.domain_key[spot] = key
+        self.domains.setdefault(key, {})[spot] = None
 
-    def moved(self, spot: Spot) -> None:
-        del self.buckets[self.where[spot]][spot]
-        self._put(spot)
+    def _put_node(self, node: str) -> None:
+        doms = range(len(self.b.doms.domains[node]))
+        partly = sum(self.b.left[node, d] for d in doms if (node, d) not in self.b.whole)
+        key = (partly, self.b.node_left(node))
+        self.node_key[node] = key
+        self.nodes.setdefault(key, {})[node] = None
 
-    def refresh(self, node: str) -> None:
+    def changed(self, node: str) -> None:
+        """After an instance was placed on ``node``."""
         for d in range(len(self.b.doms.domains[node])):
-            self.moved((node, d))
+            del self.domains[self.domain_key[node, d]][node, d]
+            self._put_domain((node, d))
+        del self.nodes[self.node_key[node]][node]
+        self._put_node(node)
 
-    def best(self, units: int, avoid: set[str]) -> Spot | None:
+    def best_domain(self, units: int, avoid: set[str]) -> Spot | None:
         """A partly used domain before a whole one, the fullest that fits first."""
         for whole in (False, True):
-            for left in sorted(k for w, k in self.buckets if w == whole and k >= units):
-                for spot in self.buckets[whole, left]:
+            for left in sorted(k for w, k in self.domains if w == whole and k >= units):
+                for spot in self.domains[whole, left]:
                     if spot[0] not in avoid and self.b.doms.contains(units, spot):
                         return spot
         return None
 
-
-def _straddle_node(b: _Builder, it: Item, avoid: set[str]) -> str | None:
-    g = b.units(it)
-
-    def spoils(node: str) -> tuple[int, int, str]:
-        doms = range(len(b.doms.domains[node]))
-        part = sum(b.left[node, d] for d in doms if (node, d) not in b.whole)
-        return (0 if part >= g else 1, b.node_left(node), node)
-
-    room = [
-        n for n in b.doms.domains if n not in avoid and b.doms.straddles(it, g, n) and b.node_left(n) >= g
-    ]
-    return min(room, key=spoils, default=None)
+    def best_node(self, it: Item, units: int, avoid: set[str]) -> str | None:
+        """For an instance no domain holds: a node whose partly used domains hold it, else any
+        node with room, the one with the fewest cards left first (whole domains spoilt last)."""
+        for in_partly_used in (True, False):
+            keys = sorted(
+                (left, partly)
+                for partly, left in self.nodes
+                if left >= units and (partly >= units or not in_partly_used)
+            )
+            for left, partly in keys:
+                for node in self.nodes[partly, left]:
+                    if node not in avoid and self.b.doms.straddles(it, units, node):
+                        return node
+        return None
