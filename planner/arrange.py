@@ -82,6 +82,10 @@ class Layout:
     # (item, spot) -> devices the item's straddling instances on that node take from the domain
     spans: dict[tuple[int, str, int], int] = field(default_factory=dict)
 
+    def touched(self) -> set[Spot]:
+        """The domains some instance takes devices from."""
+        return {(node, d) for (_, node, d), n in [*self.contained.items(), *self.spans.items()] if n}
+
 
 class Domains:
     """The free devices of one type's nodes, domain by domain."""
@@ -119,8 +123,7 @@ class Domains:
 
     def kept_whole(self, layout: Layout) -> int:
         """Level 3: free cards left in domains the plan does not touch."""
-        used = {(node, d) for (_, node, d), n in layout.contained.items() if n}
-        used |= {(node, d) for (_, node, d), n in layout.spans.items() if n}
+        used = layout.touched()
         return sum(free for spot, free in self.whole.items() if spot not in used)
 
     def rank(self, layout: Layout) -> tuple[int, int]:
@@ -172,9 +175,17 @@ class Domains:
 
     # -- device names
 
-    def domain_of(self, node: str) -> dict[str, int]:
-        """The domain index of each free device of ``node``."""
-        return {name: d for d, dom in enumerate(self.domains[node]) for name in dom.free}
+    def parts(self, node: str, devices: Sequence[str]) -> dict[int, int] | None:
+        """How many of ``devices`` sit in each domain of ``node``; None if one is not free there."""
+        out: dict[int, int] = {}
+        for name in devices:
+            for d, dom in enumerate(self.domains[node]):
+                if name in dom.free:
+                    out[d] = out.get(d, 0) + 1
+                    break
+            else:
+                return None
+        return out
 
     def read(
         self, layout: Layout, before: Before | None = None
@@ -200,13 +211,10 @@ class Domains:
             for node, lists in sorted(by_node.items()):
                 if node not in self.domains:
                     continue
-                where = self.domain_of(node)
                 for pos, devs in enumerate(lists):
-                    if len(devs) != g or any(n not in where or (node, n) in used for n in devs):
+                    parts = self.parts(node, devs)
+                    if len(devs) != g or parts is None or any((node, n) in used for n in devs):
                         continue
-                    parts: dict[int, int] = {}
-                    for n in devs:
-                        parts[where[n]] = parts.get(where[n], 0) + 1
                     if len(parts) == 1:
                         (d,) = parts
                         if contained.get((i, node, d), 0) < 1:
@@ -349,32 +357,33 @@ class _Builder:
         g = self.units(it)
         if not self.doms.straddles(it, g, node) or self.node_left(node) < g:
             return False
-        key = (it.index, node)
-        self.layout.straddling[key] = self.layout.straddling.get(key, 0) + 1
-        need = g
+        parts, need = {}, g
         for d in sorted(
             range(len(self.doms.domains[node])), key=lambda d: ((node, d) in self.whole, self.left[node, d])
         ):
-            part = min(need, self.left[node, d])
-            if part:
-                spot = (it.index, node, d)
-                self.layout.spans[spot] = self.layout.spans.get(spot, 0) + part
-                self.left[node, d] -= part
-                self.whole.discard((node, d))
-                need -= part
+            parts[d] = min(need, self.left[node, d])
+            need -= parts[d]
+        self._span(it, node, parts)
         return True
+
+    def _span(self, it: Item, node: str, parts: Mapping[int, int]) -> None:
+        """One instance straddling ``node``, ``parts[d]`` of its devices from domain ``d``."""
+        key = (it.index, node)
+        self.layout.straddling[key] = self.layout.straddling.get(key, 0) + 1
+        for d, count in parts.items():
+            if count:
+                spot = (it.index, node, d)
+                self.layout.spans[spot] = self.layout.spans.get(spot, 0) + count
+                self.left[node, d] -= count
+                self.whole.discard((node, d))
 
     def place_like(self, it: Item, node: str, had: list[Sequence[str]]) -> bool:
         """An instance where one of ``had`` (device lists it had on ``node``) was, if one still
         has room (consumed from ``had``); False if none does."""
-        g, where = self.units(it), self.doms.domain_of(node)
+        g = self.units(it)
         for k, devs in enumerate(had):
-            if len(devs) != g or any(n not in where for n in devs):
-                continue
-            parts: dict[int, int] = {}
-            for n in devs:
-                parts[where[n]] = parts.get(where[n], 0) + 1
-            if any(self.left[node, d] < c for d, c in parts.items()):
+            parts = self.doms.parts(node, devs)
+            if len(devs) != g or parts is None or any(self.left[node, d] < c for d, c in parts.items()):
                 continue
             if len(parts) == 1:
                 (d,) = parts
@@ -384,13 +393,7 @@ class _Builder:
             else:
                 if not self.doms.straddles(it, g, node):
                     continue
-                key = (it.index, node)
-                self.layout.straddling[key] = self.layout.straddling.get(key, 0) + 1
-                for d, c in parts.items():
-                    spot = (it.index, node, d)
-                    self.layout.spans[spot] = self.layout.spans.get(spot, 0) + c
-                    self.left[node, d] -= c
-                    self.whole.discard((node, d))
+                self._span(it, node, parts)
             del had[k]
             return True
         return False

@@ -132,11 +132,7 @@ class TopologyModel:
                 if terms:
                     m.add(sum(terms) <= free * (1 - u))
                 whole.append(free * u)
-        self.score = sum(
-            int(it.splits[s].score * self.scale) * y
-            for (i, s), y in v.y.items()
-            for it in (problem.items[i],)
-        )
+        self.score = sum(int(problem.items[i].splits[s].score * self.scale) * y for (i, s), y in v.y.items())
         self.straddles = straddles
         self.whole = whole
 
@@ -153,7 +149,7 @@ class TopologyModel:
             values[v.t[i, layout.choice[i], node]] += n
         for (i, node, d), n in layout.spans.items():
             values[v.sd[i, layout.choice[i], node, d]] += n
-        used = {(node, d) for (_, node, d), n in [*layout.contained.items(), *layout.spans.items()] if n}
+        used = layout.touched()
         for spot, u in v.u.items():
             values[u] = int(spot not in used)
         for var, value in values.items():
@@ -219,11 +215,8 @@ def solve(
     start = time.monotonic()
     deadline = start + seconds
     doms = Domains(problem)
-    before = {
-        it.index: (previous_devices or {})[it.label]
-        for it in problem.items
-        if it.label in (previous_devices or {})
-    }
+    had = previous_devices or {}
+    before = {it.index: had[it.label] for it in problem.items if it.label in had}
     branches = 0
     layouts: list[Layout] = []
     if score is not None and score.score is not None and not required_anywhere(problem):
