@@ -6,7 +6,7 @@ import random
 from math import prod
 from typing import Any
 
-from planner.strategies import divisors
+from planner.base.strategies import divisors
 
 TYPES = ("P4", "T4", "A10", "L4")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from planner.options import build_problems
-from planner.parse import parse_plan, snapshot
+from planner.model.options import build_problems
+from planner.read.parse import parse_plan, snapshot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the reference lives with the tests
 from tests.bruteforce import seed_method

@@ -25,7 +25,7 @@ from gpuplan_operator.kube import MERGE_PATCH, Kube, api_error_message, load_api
 from kubernetes.client.exceptions import ApiException
 
 from e2e.support import Api, Kubectl, wait_for
-from planner.vocab import plan_label_key
+from planner.base.vocab import plan_label_key
 from tests.chart.helm import find_helm, one, render
 
 INSTALLED = (

@@ -18,11 +18,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.documents import load
-from planner.errors import InvalidInput
+from planner import InvalidInput
 
 if TYPE_CHECKING:
-    from planner.model import PlanSpec, Snapshot
-    from planner.result import Previous
+    from planner import PlanSpec, Previous, Snapshot
 
 FORMATS = ("text", "json", "yaml", "values", "manifests")
 EXIT_PLAN, EXIT_UNREACHABLE, EXIT_INVALID, EXIT_NO_PLAN = 0, 1, 2, 3
@@ -39,7 +38,7 @@ def _progress(quiet: bool) -> Any:
 
 
 def _previous_from(doc: Any, where: str) -> Previous:
-    from planner.result import previous_placements, read_allocations
+    from planner import previous_placements, read_allocations
 
     if not isinstance(doc, dict) or "allocations" not in doc:
         raise InvalidInput("previous", f"{where}: not a gpuplan plan -o json output (no allocations)")
@@ -51,7 +50,7 @@ def _previous_from(doc: Any, where: str) -> Previous:
 
 def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previous | None]:
     """The snapshot from files (``--nodes``) or, read only, from the cluster; and the previous plan."""
-    from planner.parse import snapshot
+    from planner import snapshot
 
     previous = _previous_from(load(args.previous, "previous"), args.previous) if args.previous else None
     if args.nodes is not None:
@@ -90,10 +89,7 @@ def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previou
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from planner.explain import explain
-    from planner.parse import parse_plan
-    from planner.render import render_manifests, values_yaml
-    from planner.search import plan
+    from planner import explain, parse_plan, plan, render_manifests, values_yaml
 
     if (
         sum(

@@ -5,7 +5,7 @@ Notes
 ``kubectl get nodes -o json`` and ``-o yaml`` both work, piped (``--nodes -``) or saved. JSON is
 parsed as JSON (fast, and exact about what it is); everything else with libyaml when it is there.
 Several YAML documents in one file are read as a ``List``, as kubectl does. A file that cannot be
-read or parsed is :class:`~planner.errors.InvalidInput` naming the option, so the command exits
+read or parsed is :class:`~planner.base.errors.InvalidInput` naming the option, so the command exits
 2 with one line.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from planner.errors import InvalidInput
+from planner import InvalidInput
 
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster
 

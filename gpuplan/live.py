@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from planner.errors import InvalidInput
+from planner import InvalidInput
 
 
 class ClusterUnreachable(Exception):

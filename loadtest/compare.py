@@ -44,8 +44,7 @@ from typing import Any
 
 import yaml
 
-from planner.errors import InvalidInput
-from planner.result import read_allocations
+from planner import InvalidInput, read_allocations
 
 CAPACITIES_KIND = "gpuplan.loadtest/capacities-v1"
 STRATEGIES = ("1xn", "nx1", "planner")

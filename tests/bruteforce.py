@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Sequence
 from fractions import Fraction
 
-from planner.options import Split, TypeProblem
+from planner.model.options import Split, TypeProblem
 
 
 def pack_exact(free: Sequence[int], groups: Sequence[tuple[int, int, bool]]) -> bool:

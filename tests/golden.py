@@ -6,7 +6,7 @@ reviewed as a diff before it is committed.
 
 from __future__ import annotations
 
-from planner.render import values_yaml
+from planner.output.render import values_yaml
 from tests.test_render import DATA, GOLDEN_CASES, load
 
 

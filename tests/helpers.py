@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from planner.model import Request, ResourceKind, ResourceType
-from planner.options import Item, TypeProblem, build_item
-from planner.strategies import Strategy
+from planner.base.strategies import Strategy
+from planner.model.options import Item, TypeProblem, build_item
+from planner.model.spec import Request, ResourceKind, ResourceType
 
 P4 = ResourceType("P4", ResourceKind.GPU, "nvidia.com/gpu", (("gpuplan.ragnaros.io/gpu-type", "P4"),))
 

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.classes import build, maximal_patterns, realize
-from planner.codes import SolveStatus
-from planner.options import TypeProblem
-from planner.solver import solve, solve_nodes
+from planner.base.codes import SolveStatus
+from planner.model.options import TypeProblem
+from planner.search.classes import build, maximal_patterns, realize
+from planner.search.solver import solve, solve_nodes
 from tests.bruteforce import exhaustive
 from tests.helpers import check_placement, problem
 
@@ -78,8 +78,8 @@ def test_realize_places_any_solution_of_the_class_model(prob: TypeProblem) -> No
     """Name the nodes straight from the model's patterns (no greedy first): always valid."""
     if not admissible(prob):
         return
-    from planner.cpsat import cp_model
-    from planner.solver import _solver
+    from planner.search.cpsat import cp_model
+    from planner.search.solver import _solver
 
     cm = build(prob)
     assert cm is not None

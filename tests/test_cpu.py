@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from gpuplan.cli import main
-from planner.parse import parse_plan, snapshot
-from planner.render import render_flamewakers
-from planner.search import plan
-from planner.strategies import Strategy
+from planner.base.strategies import Strategy
+from planner.output.render import render_flamewakers
+from planner.planning import plan
+from planner.read.parse import parse_plan, snapshot
 from tests.helpers import node_list
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

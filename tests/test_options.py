@@ -6,9 +6,9 @@ from fractions import Fraction
 
 import pytest
 
-from planner.model import Request
-from planner.options import build_item
-from planner.strategies import Strategy, score_v2
+from planner.base.strategies import Strategy, score_v2
+from planner.model.options import build_item
+from planner.model.spec import Request
 
 
 def splits(
@@ -79,7 +79,7 @@ def test_v2_prefers_spread_service_and_concentrated_machine() -> None:
 
 def test_divisors_pair_up_to_the_square_root() -> None:
     """Found by the fault suite's fuzz: enumerating up to p hung on a request of 1e30 cards."""
-    from planner.strategies import divisors
+    from planner.base.strategies import divisors
 
     for p in range(0, 3000):
         assert divisors(p) == [k for k in range(1, p + 1) if p % k == 0], p

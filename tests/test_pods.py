@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from planner.errors import InvalidInput
-from planner.parse import parse_plan, snapshot
-from planner.render import render_desired, render_flamewakers
-from planner.result import PlanResult
-from planner.search import plan
+from planner.base.errors import InvalidInput
+from planner.model.result import PlanResult
+from planner.output.render import render_desired, render_flamewakers
+from planner.planning import plan
+from planner.read.parse import parse_plan, snapshot
 from tests.helpers import node_list, plan_doc
 from tests.test_topology import slices
 from tests.test_zones import nrt, nrt_list

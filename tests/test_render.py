@@ -12,17 +12,17 @@ from typing import Any
 import pytest
 import yaml
 
-from planner.errors import InvalidInput
-from planner.model import LinkStrategy
-from planner.parse import parse_plan, snapshot
-from planner.render import (
+from planner.base.errors import InvalidInput
+from planner.base.vocab import plan_label_key
+from planner.model.spec import LinkStrategy
+from planner.output.render import (
     render_desired,
     render_flamewakers,
     render_manifests,
     values_yaml,
 )
-from planner.search import plan
-from planner.vocab import plan_label_key
+from planner.planning import plan
+from planner.read.parse import parse_plan, snapshot
 from tests.helpers import node_list, plan_doc
 
 DATA = Path(__file__).parent / "data"

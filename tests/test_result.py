@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from planner.errors import InvalidInput
-from planner.result import Placement, previous_placements, read_allocations
+from planner.base.errors import InvalidInput
+from planner.model.result import Placement, previous_placements
+from planner.read.allocations import read_allocations
 
 GOOD = {
     "operator": "face_1vn",

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from planner.codes import Method
-from planner.options import TypeProblem
-from planner.outcome import Outcome
-from planner.search import conflict, solve_type
+from planner.base.codes import Method
+from planner.model.options import TypeProblem
+from planner.planning import conflict, solve_type
+from planner.search.outcome import Outcome
 from tests.bruteforce import seed_greedy_check
 from tests.helpers import check_placement, problem
 

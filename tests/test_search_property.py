@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.search import solve_type
+from planner.planning import solve_type
 from tests.bruteforce import exhaustive
 from tests.helpers import check_placement, problem
 

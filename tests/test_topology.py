@@ -13,19 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuplan.cli import main
-from planner.arrange import Domains
-from planner.codes import SolveStatus
-from planner.cpsat import cp_model
-from planner.devices import parse_claims, parse_slices
-from planner.model import PlanSpec
-from planner.options import TypeProblem, build_problems
-from planner.outcome import Outcome
-from planner.parse import parse_plan, snapshot
-from planner.render import render_desired
-from planner.result import PlanResult, previous_placements
-from planner.search import plan, solve_type
-from planner.strategies import Topology
-from planner.topology import TopologyModel
+from planner.base.codes import SolveStatus
+from planner.base.strategies import Topology
+from planner.model.options import TypeProblem, build_problems
+from planner.model.result import PlanResult, previous_placements
+from planner.model.spec import PlanSpec
+from planner.node.arrange import Domains
+from planner.node.topology import TopologyModel
+from planner.output.render import render_desired
+from planner.planning import plan, solve_type
+from planner.read.parse import parse_plan, snapshot
+from planner.read.slices import parse_claims, parse_slices
+from planner.search.cpsat import cp_model
+from planner.search.outcome import Outcome
 from tests.helpers import node_list, plan_doc
 
 DRIVER = "gpu.gpuplan.test"

@@ -11,13 +11,14 @@ import pytest
 import yaml
 
 from gpuplan.cli import main
-from planner.errors import InvalidInput
-from planner.model import PlanSpec
-from planner.options import build_problems
-from planner.parse import parse_plan, snapshot
-from planner.result import PlanResult
-from planner.search import plan
-from planner.zones import NodeTopology, Zone, ZoneResource, parse_topologies, zone_domains
+from planner.base.errors import InvalidInput
+from planner.model.options import build_problems
+from planner.model.result import PlanResult
+from planner.model.spec import PlanSpec
+from planner.model.zones import NodeTopology, Zone, ZoneResource, zone_domains
+from planner.planning import plan
+from planner.read.parse import parse_plan, snapshot
+from planner.read.topologies import parse_topologies
 from tests.helpers import node_list, plan_doc
 from tests.test_topology import operator, slices
 

@@ -7,5 +7,5 @@ the API server through a :class:`~.kube.KubeApi`. :mod:`.body`, :mod:`.diff`, :m
 :mod:`.readiness`, :mod:`.watch` and :mod:`.writes` are pure and unit-tested without a cluster.
 Planning and rendering stay in :mod:`planner`, so the operator writes exactly what
 ``gpuplan plan -o manifests`` prints, plus ``ownerReferences``; names, keys and labels come from
-:mod:`planner.vocab`.
+:mod:`planner.base.vocab`.
 """

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from planner.vocab import API_VERSION, KIND, configmap_name, plan_label_key, plan_labels
+from planner import API_VERSION, KIND, configmap_name, plan_label_key, plan_labels
 
 
 def _frozen(value: Any) -> Mapping[str, Any]:

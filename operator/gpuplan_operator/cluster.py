@@ -26,8 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.kube import JSON, KubeApi, path_for
 from gpuplan_operator.writes import Observed
-from planner.render import Desired
-from planner.vocab import (
+from planner import (
     API_VERSION,
     CLAIM_TEMPLATE,
     CONFIGMAP,
@@ -38,6 +37,7 @@ from planner.vocab import (
     PART_ANNOTATION,
     PLURAL,
     PRIORITY_CLASS,
+    Desired,
     configmap_name,
     plan_labels,
 )

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpuplan_operator.status import Phase
-from planner.vocab import PLAN_LABEL
+from planner import PLAN_LABEL
 
 RETRY_FIRST = 1.0  # seconds before the first retry of a failed reconcile or read
 RETRY_MAX = 10.0  # the longest wait between retries

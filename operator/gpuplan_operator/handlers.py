@@ -58,7 +58,7 @@ from gpuplan_operator.watch import (
     slice_fingerprint,
     topology_fingerprint,
 )
-from planner.vocab import GROUP, PLAN_LABEL, PLURAL, VERSION, plan_labels
+from planner import GROUP, PLAN_LABEL, PLURAL, VERSION, plan_labels
 
 log = logging.getLogger("gpuplan_operator")
 T = TypeVar("T")

@@ -14,7 +14,7 @@ The service records; handlers never do. What is recorded, and when:
 - ``gpuplan_plan_duration_seconds``: the whole reconcile (reads, planning, apply, status);
   ``gpuplan_planner_seconds``: the planner call alone.
 - ``gpuplan_planner_branches{method}``: one observation per GPU type searched, its search
-  branches, labelled with the method that decided it (:class:`planner.codes.Method`). A
+  branches, labelled with the method that decided it (:class:`planner.base.codes.Method`). A
   histogram rather than a per-plan gauge: it aggregates over plans and re-plans (how often the
   fast path answers, how deep CP-SAT goes), costs no series per plan, and needs no clean-up.
 - ``gpuplan_plans{phase}``, ``gpuplan_cards_placed`` and ``gpuplan_cards_requested``: from the
@@ -25,7 +25,7 @@ The service records; handlers never do. What is recorded, and when:
 - ``gpuplan_apply_errors_total{kind}``: failed steps of an apply or a clean-up (an API error or a
   conflict with another owner), by the kind of object that step was writing.
 - ``gpuplan_conflicts_total{kind}``: each conflict an Infeasible reconcile reports, by its
-  :class:`planner.codes.ConflictKind` (also the ``Planned`` condition's reason).
+  :class:`planner.base.codes.ConflictKind` (also the ``Planned`` condition's reason).
 """
 
 from __future__ import annotations
@@ -39,9 +39,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpuplan_operator.status import Phase
-from planner.codes import ConflictKind
-from planner.result import PlanResult
-from planner.vocab import CLAIM_TEMPLATE, CONFIGMAP, DEPLOYMENT, NODE, POD, PRIORITY_CLASS
+from planner import CLAIM_TEMPLATE, CONFIGMAP, DEPLOYMENT, NODE, POD, PRIORITY_CLASS, ConflictKind, PlanResult
 
 
 class Trigger(StrEnum):

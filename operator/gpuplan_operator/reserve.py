@@ -25,8 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuplan_operator.body import PlanBody
-from planner.result import Allocation
-from planner.vocab import MANAGED_BY, is_plan_label_key
+from planner import MANAGED_BY, Allocation, is_plan_label_key
 
 Units = dict[str, dict[str, int]]  # node -> resource name -> units
 

@@ -51,13 +51,21 @@ from gpuplan_operator.readiness import readiness
 from gpuplan_operator.status import Phase, Reason
 from gpuplan_operator.watch import NODE_GRACE, planning_view, utcnow
 from gpuplan_operator.writes import Changes, OwnershipConflict, apply_writes, cleanup_writes
-from planner.errors import InvalidInput
-from planner.model import PlanSpec
-from planner.parse import parse_spec, snapshot
-from planner.render import Desired, render_desired
-from planner.result import PlanResult, Previous, previous_placements, read_allocations
-from planner.search import plan as make_plan
-from planner.vocab import POD, PRIORITY_BASE
+from planner import (
+    POD,
+    PRIORITY_BASE,
+    Desired,
+    InvalidInput,
+    PlanResult,
+    PlanSpec,
+    Previous,
+    parse_spec,
+    previous_placements,
+    read_allocations,
+    render_desired,
+    snapshot,
+)
+from planner import plan as make_plan
 
 log = logging.getLogger("gpuplan_operator")
 

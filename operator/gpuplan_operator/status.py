@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from planner.result import PlanResult
+from planner import PlanResult
 
 
 class Phase(StrEnum):
@@ -35,7 +35,7 @@ class Phase(StrEnum):
 
 
 class Reason(StrEnum):
-    """Condition and Event reasons (a conflict's :class:`~planner.codes.ConflictKind` is one too)."""
+    """Condition and Event reasons (a conflict's :class:`~planner.base.codes.ConflictKind` is one too)."""
 
     PLAN_FOUND = "PlanFound"
     PLANNED = "Planned"  # event: the first placement
@@ -254,7 +254,7 @@ def infeasible_status(
     """No deployable plan (or no usable snapshot): nothing written, the old placement stays.
 
     ``kind`` is the ``Planned`` condition's reason: the first conflict's
-    :class:`~planner.codes.ConflictKind` (``Overbooked``, ``Packing``, ...), the same word as the
+    :class:`~planner.base.codes.ConflictKind` (``Overbooked``, ``Packing``, ...), the same word as the
     ``gpuplan_conflicts_total`` label and the JSON output's ``kind``.
     """
     keep = "; the previous placement stays applied" if old.get("applied") else ""

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from planner.vocab import is_plan_label_key
+from planner import is_plan_label_key
 
 Fingerprint = tuple[Any, ...]
 NODE_GRACE = 60.0  # seconds a node may be not Ready before planning gives up on it

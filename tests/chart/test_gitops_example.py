@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from planner.parse import parse_spec
+from planner.read.parse import parse_spec
 from tests.chart.helm import REPO
 
 GITOPS = REPO / "examples" / "gitops"

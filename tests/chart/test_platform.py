@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from planner.parse import parse_plan
+from planner.read.parse import parse_plan
 from tests.chart.helm import CHART, NAMESPACE, RELEASE, REPO, Doc, by_kind, find_helm, one, render, set_args
 
 FULLNAME = f"{RELEASE}-gpuplan-operator"

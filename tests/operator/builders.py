@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.vocab import GROUP, PLURAL, VERSION
+from planner.base.vocab import GROUP, PLURAL, VERSION
 from tests.operator.fake_kube import FakeKube
 
 TYPE_LABEL = "gpuplan.ragnaros.io/gpu-type"

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from gpuplan_operator import status as st
 
-from planner.catalog import BUILTIN_OPERATORS
-from planner.errors import InvalidInput
-from planner.model import ResourceKind
-from planner.parse import parse_spec
-from planner.strategies import KEY_STRATEGIES, SCORINGS, Topology
-from planner.vocab import GROUP, KIND, PLURAL, VERSION
+from planner.base.errors import InvalidInput
+from planner.base.strategies import KEY_STRATEGIES, SCORINGS, Topology
+from planner.base.vocab import GROUP, KIND, PLURAL, VERSION
+from planner.model.catalog import BUILTIN_OPERATORS
+from planner.model.spec import ResourceKind
+from planner.read.parse import parse_spec
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "gpuallocationplans.yaml"
 

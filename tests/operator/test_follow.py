@@ -8,7 +8,7 @@ import pytest
 from gpuplan_operator.follow import Plans, PlanState, backoff, pod_fingerprints
 from gpuplan_operator.status import Phase
 
-from planner.vocab import PLAN_LABEL
+from planner.base.vocab import PLAN_LABEL
 
 POLL, RESYNC = 2.0, 60.0
 

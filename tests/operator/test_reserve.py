@@ -5,9 +5,10 @@ from __future__ import annotations
 from gpuplan_operator import reserve
 from gpuplan_operator.body import PlanBody
 
-from planner.parse import snapshot
-from planner.result import Allocation, read_allocations
-from planner.vocab import plan_label_key as label_key_of
+from planner.base.vocab import plan_label_key as label_key_of
+from planner.model.result import Allocation
+from planner.read.allocations import read_allocations
+from planner.read.parse import snapshot
 from tests.operator.builders import node, plan, pod
 
 

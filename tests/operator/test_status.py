@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from gpuplan_operator import status as st
 
-from planner.parse import parse_spec, snapshot
-from planner.search import plan
+from planner.planning import plan
+from planner.read.parse import parse_spec, snapshot
 from tests.operator.builders import NOW, node
 
 LATER = "2026-01-01T01:00:00Z"

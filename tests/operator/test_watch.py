@@ -18,7 +18,7 @@ from gpuplan_operator.watch import (
     topology_fingerprint,
 )
 
-from planner.vocab import is_plan_label_key as is_plan_label
+from planner.base.vocab import is_plan_label_key as is_plan_label
 from tests.operator.builders import node
 from tests.test_zones import nrt
 

@@ -17,9 +17,9 @@ from gpuplan_operator.writes import (
     cleanup_writes,
 )
 
-from planner.parse import parse_spec, snapshot
-from planner.render import Desired, render_desired
-from planner.search import plan as make_plan
+from planner.output.render import Desired, render_desired
+from planner.planning import plan as make_plan
+from planner.read.parse import parse_spec, snapshot
 from tests.operator.builders import node, plan
 
 KEY = "gpuplan.ragnaros.io/ns.p"

@@ -65,7 +65,7 @@ def _sdist(dist: Path) -> Path:
 
 def test_the_wheel_holds_the_four_packages_and_the_commands(dist: Path) -> None:
     names = set(_names(_wheel(dist)))
-    for path in ("planner/search.py", "planner/py.typed", "gpuplan/cli.py", "gpuplan/py.typed",
+    for path in ("planner/planning.py", "planner/py.typed", "gpuplan/cli.py", "gpuplan/py.typed",
                  "gpuplan_operator/__main__.py", "gpuplan_operator/py.typed",
                  "loadtest/cli.py", "loadtest/py.typed"):  # fmt: skip
         assert path in names, path

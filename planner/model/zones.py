@@ -1,4 +1,4 @@
-"""NUMA zones without DRA: NodeResourceTopology objects read into per-node GPU domains.
+"""NUMA zones without DRA: per-node GPU domains (read by :mod:`planner.read.topologies`).
 
 Notes
 -----
@@ -30,11 +30,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from planner.devices import Domain, natural
-from planner.errors import InvalidInput
-from planner.quantity import parse_quantity
+from planner.model.devices import Domain, natural
 
 NRT_KIND = "NodeResourceTopology"
 NRT_API_VERSIONS = ("topology.node.k8s.io/v1alpha2", "topology.node.k8s.io/v1alpha1")
@@ -76,104 +73,6 @@ class NodeTopology:
     def single_numa(self) -> bool:
         """The kubelet refuses a pod whose resources cannot come from one NUMA node."""
         return self.policy == SINGLE_NUMA_NODE
-
-
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidInput(where, f"expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise InvalidInput(where, f"expected a list, got {type(value).__name__}")
-    return value
-
-
-def _name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(where, "is required (a non-empty string)")
-    return value
-
-
-def _items(doc: Any) -> list[Mapping[str, Any]]:
-    doc = _mapping(doc, "topology")
-    if doc.get("kind") == NRT_KIND:
-        return [doc]
-    if doc.get("kind") not in ("List", f"{NRT_KIND}List"):
-        raise InvalidInput("topology.kind", f"expected List or {NRT_KIND}List, got {doc.get('kind')!r}")
-    return [
-        _mapping(i, f"topology.items[{n}]")
-        for n, i in enumerate(_list(doc.get("items") or [], "topology.items"))
-    ]
-
-
-def _resource(doc: Any, where: str) -> tuple[str, ZoneResource]:
-    doc = _mapping(doc, where)
-    name = _name(doc.get("name"), f"{where}.name")
-    amounts = {}
-    for key in ("capacity", "allocatable", "available"):
-        if doc.get(key) is None:
-            raise InvalidInput(f"{where}.{key}", "is required (a quantity)")
-        amounts[key] = parse_quantity(doc[key], name, f"{where}.{key}")
-    if amounts["available"] > amounts["allocatable"]:
-        raise InvalidInput(
-            f"{where}.available",
-            f"{doc['available']!r} is more than allocatable {doc['allocatable']!r}",
-        )
-    return name, ZoneResource(**amounts)
-
-
-def _policy(item: Mapping[str, Any], where: str) -> str | None:
-    for i, attr in enumerate(_list(item.get("attributes") or [], f"{where}.attributes")):
-        attr = _mapping(attr, f"{where}.attributes[{i}]")
-        if attr.get("name") == POLICY_ATTRIBUTE:
-            return str(attr.get("value") or "") or None
-    # v1alpha1's topologyPolicies (deprecated in v1alpha2): SingleNUMANodeContainerLevel, ...
-    old = [str(p) for p in _list(item.get("topologyPolicies") or [], f"{where}.topologyPolicies")]
-    return SINGLE_NUMA_NODE if any(p.startswith("SingleNUMANode") for p in old) else None
-
-
-def parse_topologies(doc: Any) -> dict[str, NodeTopology]:
-    """Node name -> its NUMA zones (``kubectl get noderesourcetopologies -o yaml``).
-
-    Zones of other types (sockets, cores, ...) are left out: a NUMA node is what the kubelet's
-    topology manager aligns on. Every field the zones need is checked and named when wrong.
-    """
-    out: dict[str, NodeTopology] = {}
-    for i, item in enumerate(_items(doc)):
-        where = f"topology.items[{i}]"
-        version = item.get("apiVersion")
-        if version is not None and version not in NRT_API_VERSIONS:
-            raise InvalidInput(f"{where}.apiVersion", f"expected {NRT_API_VERSIONS[0]}, got {version!r}")
-        meta = _mapping(item.get("metadata") or {}, f"{where}.metadata")
-        node = _name(meta.get("name"), f"{where}.metadata.name")
-        if node in out:
-            raise InvalidInput(
-                f"{where}.metadata.name", f"node {node!r} has two NodeResourceTopology objects"
-            )
-        if "zones" not in item:
-            raise InvalidInput(f"{where}.zones", "is required (a list of zones)")
-        zones: list[Zone] = []
-        for j, z in enumerate(_list(item["zones"] or [], f"{where}.zones")):
-            zw = f"{where}.zones[{j}]"
-            z = _mapping(z, zw)
-            name = _name(z.get("name"), f"{zw}.name")
-            kind = _name(z.get("type"), f"{zw}.type")
-            resources = tuple(
-                _resource(r, f"{zw}.resources[{k}]")
-                for k, r in enumerate(_list(z.get("resources") or [], f"{zw}.resources"))
-            )
-            if len({n for n, _ in resources}) < len(resources):
-                raise InvalidInput(f"{zw}.resources", "lists a resource twice")
-            if kind != NUMA_ZONE:
-                continue
-            if any(zone.name == name for zone in zones):
-                raise InvalidInput(f"{zw}.name", f"zone {name!r} is listed twice")
-            zones.append(Zone(name, resources))
-        policy = _policy(item, where)
-        out[node] = NodeTopology(tuple(sorted(zones, key=lambda z: natural(z.name))), policy)
-    return out
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Notes
 -----
 This is the planner's front door: everything it admits is well-formed, and everything it refuses
-raises :class:`~planner.errors.InvalidInput` naming the field, in the shape users wrote it
+raises :class:`~planner.base.errors.InvalidInput` naming the field, in the shape users wrote it
 (``requests.face_image_flow``, ``resources[1].kind``). The CRD's schema rejects most of this at
 the API server already; these checks are for the CLI and for rules a schema cannot express.
 """
@@ -14,10 +14,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from planner.catalog import BUILTIN_OPERATORS, default_resources
-from planner.devices import STANDARD_DOMAIN, parse_claims, parse_slices
-from planner.errors import InvalidInput
-from planner.model import (
+from planner.base.errors import InvalidInput
+from planner.base.quantity import parse_quantity
+from planner.base.strategies import DEFAULT_SCORING, KEY_STRATEGIES, SCORINGS, Strategy, Topology, one_of
+from planner.base.vocab import API_VERSION, KIND, SEED_KEY
+from planner.model.catalog import BUILTIN_OPERATORS, default_resources
+from planner.model.devices import STANDARD_DOMAIN
+from planner.model.spec import (
     NUMA_SHARE,
     CpuRequest,
     LinkStrategy,
@@ -31,22 +34,16 @@ from planner.model import (
     Taint,
     Toleration,
 )
-from planner.quantity import parse_quantity
-from planner.strategies import DEFAULT_SCORING, KEY_STRATEGIES, SCORINGS, Strategy, Topology, one_of
-from planner.vocab import API_VERSION, KIND, SEED_KEY
-from planner.zones import ZoneUnits, parse_topologies
+from planner.model.zones import ZoneUnits
+from planner.read.fields import items, mapping
+from planner.read.slices import parse_claims, parse_slices
+from planner.read.topologies import parse_topologies
 
 _LINK_RE = re.compile(r"^(share|detach)-(\d+)-(\d+)$")
 _CPU_RE = re.compile(r"^[0-9]+(\.[0-9]+)?m?$")  # the CRD's pattern for cpuRequest, numaShare aside
 _SEED_LONG = {"resource_num": "resourceNum", "machine_num": "machineNum"}
 CONFIG_PLAN_NAME = "ragnaros"  # the plan a ragnaros_operator_config JSON becomes
 MAX_COUNT = 100_000  # cards (or machines) per request: as the CRD schema and admission policy say
-
-
-def _mapping(value: Any, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidInput(field, f"expected a mapping, got {type(value).__name__}")
-    return value
 
 
 def _count(value: Any, field: str) -> int:
@@ -64,16 +61,16 @@ def _count(value: Any, field: str) -> int:
 
 def _find_config(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
     if SEED_KEY in doc:
-        return _mapping(doc[SEED_KEY], SEED_KEY)
+        return mapping(doc[SEED_KEY], SEED_KEY)
     for value in doc.values():  # the product nests it one level down in its config file
         if isinstance(value, Mapping) and SEED_KEY in value:
-            return _mapping(value[SEED_KEY], SEED_KEY)
+            return mapping(value[SEED_KEY], SEED_KEY)
     return None
 
 
 def parse_plan(doc: Any) -> PlanSpec:
     """Parse a GpuAllocationPlan manifest, or the product's ``ragnaros_operator_config`` JSON."""
-    doc = _mapping(doc, "plan")
+    doc = mapping(doc, "plan")
     config = _find_config(doc)
     if config is not None:  # the product's configuration names no plan: call it after itself
         return parse_spec({"requests": _config_requests(config)}, name=CONFIG_PLAN_NAME, namespace="default")
@@ -81,7 +78,7 @@ def parse_plan(doc: Any) -> PlanSpec:
         raise InvalidInput("kind", f"expected {KIND} (or a {SEED_KEY} JSON), got {doc.get('kind')!r}")
     if doc.get("apiVersion") != API_VERSION:
         raise InvalidInput("apiVersion", f"expected {API_VERSION}, got {doc.get('apiVersion')!r}")
-    meta = _mapping(doc.get("metadata") or {}, "metadata")
+    meta = mapping(doc.get("metadata") or {}, "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidInput("metadata.name", "is required")
@@ -89,7 +86,7 @@ def parse_plan(doc: Any) -> PlanSpec:
     # the API server's schema requires both; the command line holds a file to the same rule
     if doc.get("spec") is None:
         raise InvalidInput("spec", "is required (its requests say what each operator asks for)")
-    spec = _mapping(doc["spec"], "spec")
+    spec = mapping(doc["spec"], "spec")
     if spec.get("requests") is None:
         raise InvalidInput("requests", "is required: operator -> cards per type, e.g. {face_1vn: {P4: 4}}")
     return parse_spec(spec, name=name, namespace=str(namespace))
@@ -99,7 +96,7 @@ def _config_requests(seed: Mapping[str, Any]) -> dict[str, Any]:
     """The product's JSON uses snake_case long forms; translate them to the CRD's camelCase."""
     out: dict[str, Any] = {}
     for op, value in seed.items():
-        value = _mapping(value, f"{SEED_KEY}.{op}")
+        value = mapping(value, f"{SEED_KEY}.{op}")
         if any(k in value for k in _SEED_LONG):
             out[op] = {_SEED_LONG.get(k, k): v for k, v in value.items()}
         else:
@@ -144,6 +141,15 @@ def parse_spec(spec: Mapping[str, Any], name: str, namespace: str) -> PlanSpec:
     )
 
 
+def _named(item: Any, field: str) -> tuple[Mapping[str, Any], str]:
+    """A list entry that must be a mapping with a ``name`` (a resource type, an operator)."""
+    entry = mapping(item, field)
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"{field}.name", "is required")
+    return entry, name
+
+
 def _parse_resources(value: Any) -> tuple[ResourceType, ...]:
     if value is None:
         return default_resources()
@@ -152,10 +158,7 @@ def _parse_resources(value: Any) -> tuple[ResourceType, ...]:
     out: list[ResourceType] = []
     for i, item in enumerate(value):
         field = f"resources[{i}]"
-        item = _mapping(item, field)
-        name = item.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidInput(f"{field}.name", "is required")
+        item, name = _named(item, field)
         if any(r.name == name for r in out):
             raise InvalidInput(f"{field}.name", f"resource {name!r} is listed twice")
         kind = item.get("kind", ResourceKind.GPU.value)
@@ -165,7 +168,7 @@ def _parse_resources(value: Any) -> tuple[ResourceType, ...]:
             )
         default_rn = "nvidia.com/gpu" if kind == ResourceKind.GPU else "cpu"
         resource_name = item.get("resourceName", default_rn) or default_rn
-        selector = _mapping(item.get("nodeSelector") or {}, f"{field}.nodeSelector")
+        selector = mapping(item.get("nodeSelector") or {}, f"{field}.nodeSelector")
         device_class = item.get("deviceClassName")
         if device_class is not None and (not isinstance(device_class, str) or not device_class):
             raise InvalidInput(f"{field}.deviceClassName", "must be a DeviceClass name")
@@ -196,10 +199,7 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
         raise InvalidInput("operators", "must be a list")
     for i, item in enumerate(value):
         field = f"operators[{i}]"
-        item = _mapping(item, field)
-        name = item.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidInput(f"{field}.name", "is required")
+        item, name = _named(item, field)
         base = catalog.get(name)
         strategy_text = item.get("keyStrategy", base.key_strategy.value if base else None)
         if strategy_text is None:
@@ -214,14 +214,14 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
             if "linkStrategy" in item
             else (base.link_strategy if base else LinkStrategy("share", 0, 0))
         )
-        services = _mapping(item.get("services") or {}, f"{field}.services")
+        services = mapping(item.get("services") or {}, f"{field}.services")
         key = services.get("key", base.key_service if base else None)
         if not isinstance(key, str) or not key:
             raise InvalidInput(f"{field}.services.key", "is required for a new operator")
         links = services.get("link", list(base.link_services) if base else [])
         if not isinstance(links, list) or not all(isinstance(s, str) and s for s in links):
             raise InvalidInput(f"{field}.services.link", "must be a list of service names")
-        flamewaker = _mapping(item.get("flamewaker") or {}, f"{field}.flamewaker")
+        flamewaker = mapping(item.get("flamewaker") or {}, f"{field}.flamewaker")
         topology = item.get("topology", base.topology.value if base else Topology.PREFERRED.value)
         if topology not in {t.value for t in Topology}:
             raise InvalidInput(
@@ -267,7 +267,7 @@ def _parse_cpu_request(value: Any, field: str) -> CpuRequest:
 def _parse_requests(
     value: Any, resources: tuple[ResourceType, ...], operators: tuple[OperatorSpec, ...]
 ) -> tuple[Request, ...]:
-    value = _mapping(value if value is not None else {}, "requests")
+    value = mapping(value if value is not None else {}, "requests")
     known_ops = {o.name for o in operators}
     known_res = {r.name for r in resources}
     out: list[Request] = []
@@ -275,13 +275,13 @@ def _parse_requests(
         field = f"requests.{op}"
         if op not in known_ops:
             raise InvalidInput(field, f"unknown operator {op!r} (not in spec.operators or the catalog)")
-        body = _mapping(body, field)
+        body = mapping(body, field)
         if "resourceNum" in body or "machineNum" in body:
             extra = set(body) - {"resourceNum", "machineNum"}
             if extra:
                 raise InvalidInput(f"{field}.{sorted(extra)[0]}", "unknown field in the long form")
-            cards = _mapping(body.get("resourceNum") or {}, f"{field}.resourceNum")
-            machines = _mapping(body.get("machineNum") or {}, f"{field}.machineNum")
+            cards = mapping(body.get("resourceNum") or {}, f"{field}.resourceNum")
+            machines = mapping(body.get("machineNum") or {}, f"{field}.machineNum")
         else:
             cards, machines = body, {}
         for res, n in cards.items():
@@ -310,7 +310,7 @@ def parse_tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
         raise InvalidInput(field, "must be a list")
     out = []
     for i, t in enumerate(value):
-        t = _mapping(t, f"{field}[{i}]")
+        t = mapping(t, f"{field}[{i}]")
         out.append(
             Toleration(
                 key=t.get("key") or None,
@@ -325,32 +325,20 @@ def parse_tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
 # --- nodes and pods ----------------------------------------------------------------------
 
 
-def _items(doc: Any, what: str, kind: str) -> list[Mapping[str, Any]]:
-    doc = _mapping(doc, what)
-    if doc.get("kind") == kind:  # a single object is accepted too
-        return [doc]
-    if doc.get("kind") not in ("List", f"{kind}List"):
-        raise InvalidInput(f"{what}.kind", f"expected List or {kind}List, got {doc.get('kind')!r}")
-    items = doc.get("items") or []
-    if not isinstance(items, list):
-        raise InvalidInput(f"{what}.items", "must be a list")
-    return [_mapping(i, f"{what}.items[{n}]") for n, i in enumerate(items)]
-
-
 def parse_nodes(doc: Any) -> list[Node]:
     """Parse ``kubectl get nodes -o yaml`` output."""
     out: list[Node] = []
-    for i, item in enumerate(_items(doc, "nodes", "Node")):
+    for i, item in enumerate(items(doc, "nodes", "Node")):
         field = f"nodes.items[{i}]"
         if item.get("kind", "Node") != "Node":
             continue
-        meta = _mapping(item.get("metadata") or {}, f"{field}.metadata")
+        meta = mapping(item.get("metadata") or {}, f"{field}.metadata")
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             raise InvalidInput(f"{field}.metadata.name", "is required")
-        spec = _mapping(item.get("spec") or {}, f"{field}.spec")
-        status = _mapping(item.get("status") or {}, f"{field}.status")
-        alloc = _mapping(status.get("allocatable") or {}, f"{field}.status.allocatable")
+        spec = mapping(item.get("spec") or {}, f"{field}.spec")
+        status = mapping(item.get("status") or {}, f"{field}.status")
+        alloc = mapping(status.get("allocatable") or {}, f"{field}.status.allocatable")
         taints = tuple(
             Taint(str(t.get("key", "")), t.get("value"), str(t.get("effect", "")))
             for t in spec.get("taints") or []
@@ -376,7 +364,7 @@ def parse_nodes(doc: Any) -> list[Node]:
 
 def pod_requests(pod: Mapping[str, Any], field: str = "pod") -> dict[str, int]:
     """What a pod asks of its node: the larger of its containers' sum and any init container."""
-    spec = _mapping(pod.get("spec") or {}, f"{field}.spec")
+    spec = mapping(pod.get("spec") or {}, f"{field}.spec")
 
     def of(container: Mapping[str, Any]) -> dict[str, int]:
         res = container.get("resources") or {}
@@ -418,7 +406,7 @@ def snapshot(
     hold, and ``reserved_devices`` ((node, device) other plans placed), are not free.
     ``topology_doc`` (a List of NodeResourceTopology) gives the NUMA zones of nodes without
     ResourceSlices; ``own_zones`` and ``reserved_zones`` (node -> zone -> resource -> units) are
-    the cards this plan, and the other plans, placed in each zone (:mod:`planner.zones`).
+    the cards this plan, and the other plans, placed in each zone (:mod:`planner.model.zones`).
     """
     nodes = parse_nodes(nodes_doc)
     held = parse_claims(claims_doc) if claims_doc is not None else set()
@@ -427,7 +415,7 @@ def snapshot(
     own, others = own_zones or {}, reserved_zones or {}
     used: dict[str, dict[str, int]] = {n: dict(r) for n, r in (reserved or {}).items()}
     if pods_doc is not None:
-        for i, pod in enumerate(_items(pods_doc, "pods", "Pod")):
+        for i, pod in enumerate(items(pods_doc, "pods", "Pod")):
             if not pod_is_active(pod):
                 continue
             node = pod["spec"]["nodeName"]

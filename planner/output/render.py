@@ -34,14 +34,9 @@ from typing import Any
 import jsonpatch
 import yaml
 
-from planner.devices import Device
-from planner.errors import InvalidInput
-from planner.model import OperatorSpec, PlanSpec, ResourceKind, ResourceType
-from planner.options import TypeProblem
-from planner.pods import layout, pod_cpu
-from planner.quantity import cpus_text
-from planner.result import PlanResult, zones_text
-from planner.vocab import (
+from planner.base.errors import InvalidInput
+from planner.base.quantity import cpus_text
+from planner.base.vocab import (
     FLAMEWAKER_LABEL,
     MANAGED_BY,
     PART_ANNOTATION,
@@ -57,6 +52,11 @@ from planner.vocab import (
     priority_value,
     short_hash,
 )
+from planner.model.devices import Device
+from planner.model.options import TypeProblem
+from planner.model.result import PlanResult, zones_text
+from planner.model.spec import OperatorSpec, PlanSpec, ResourceKind, ResourceType
+from planner.node.pods import layout, pod_cpu
 
 
 def _camel(service: str) -> str:

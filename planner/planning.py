@@ -16,15 +16,15 @@ from collections.abc import Iterable
 from dataclasses import replace
 from fractions import Fraction
 
-from planner.codes import ConflictKind, Method, SolveStatus
-from planner.devices import natural
-from planner.model import PlanSpec, ResourceKind, Snapshot
-from planner.options import Item, TypeProblem, build_problems
-from planner.outcome import Outcome, Progress
-from planner.place import Previous, PreviousDevices, greedy_place, improvable, moved
-from planner.pods import concerned, cpu_by_node, cpu_note, cpu_warnings, layout
-from planner.result import Allocation, Conflict, PlanResult, TypeStats
-from planner.result import Previous as PreviousPlan
+from planner.base.codes import ConflictKind, Method, SolveStatus
+from planner.model.devices import natural
+from planner.model.options import Item, TypeProblem, build_problems
+from planner.model.result import Allocation, Conflict, PlanResult, TypeStats
+from planner.model.result import Previous as PreviousPlan
+from planner.model.spec import PlanSpec, ResourceKind, Snapshot
+from planner.node.pods import concerned, cpu_by_node, cpu_note, cpu_warnings, layout
+from planner.search.outcome import Outcome, Progress
+from planner.search.place import Previous, PreviousDevices, greedy_place, improvable, moved
 
 CONFLICT_SECONDS = 10.0  # at most this long to shrink one type's conflict
 
@@ -51,7 +51,7 @@ def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool |
     )
     if greedy_place(sub, [0] * len(subset)) is not None:
         return True
-    from planner.solver import solve
+    from planner.search.solver import solve
 
     out = solve(problem, seconds=seconds, subset=subset, optimize=False)
     return {SolveStatus.INFEASIBLE: False, SolveStatus.UNKNOWN: None}.get(out.status, True)
@@ -192,7 +192,7 @@ def solve_type(
         if out.choice is not None and out.nodes is not None and out.score is not None and polish_seconds > 0:
             picked = improvable(problem, out.choice, out.nodes, previous or {})
             if picked:
-                from planner.solver import polish
+                from planner.search.solver import polish
 
                 polish(problem, out, polish_seconds, picked, workers=workers, previous=previous)
     if previous is not None and out.choice is not None and out.nodes is not None:
@@ -210,7 +210,7 @@ def _solve(
     if placed is not None:
         ub = problem.upper_bound
         return Outcome(SolveStatus.OPTIMAL, best, placed, ub, ub), Method.FAST_PATH
-    from planner.solver import solve
+    from planner.search.solver import solve
 
     return solve(
         problem, seconds=seconds, workers=workers, previous=previous, progress=progress
@@ -228,7 +228,7 @@ def _solve_with_devices(
 ) -> tuple[Outcome, Method]:
     """Devices known one by one: the score as usual (unless an operator requires its domain), then
     the devices of every instance, fewest straddling domains, most cards left in whole domains."""
-    from planner import topology
+    from planner.node import topology
 
     score = None
     method = Method.CP_SAT
@@ -258,7 +258,7 @@ def plan(
     polish_seconds: float = 0.5,
     progress: Progress | None = None,
 ) -> PlanResult:
-    """Find the highest-scoring deployable plan (see :mod:`planner.solver` for how)."""
+    """Find the highest-scoring deployable plan (see :mod:`planner.search.solver` for how)."""
     deadline = time.monotonic() + seconds
     problems = build_problems(spec, snap)
     # GPU types first: their pods' CPU requests are not free for the CPU types planned after them

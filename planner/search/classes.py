@@ -45,9 +45,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
-from planner.cpsat import cp_model
-from planner.options import Item, TypeProblem
-from planner.place import FreeUnits, NodeCounts, Previous
+from planner.model.options import Item, TypeProblem
+from planner.search.cpsat import cp_model
+from planner.search.place import FreeUnits, NodeCounts, Previous
 
 MAX_PATTERNS = 5_000  # past this many patterns in all, the per-node model is the better tool
 

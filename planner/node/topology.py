@@ -14,7 +14,7 @@ node's domains; that can lower the score, so with such operators level 1 is solv
 module's model too. Otherwise the score comes from the ordinary search (fast path or node
 classes) and this model only re-arranges placements of equal score.
 
-Each level has a bound that holds for every plan at the score (:mod:`planner.arrange`), and a
+Each level has a bound that holds for every plan at the score (:mod:`planner.node.arrange`), and a
 layout made for the domains without a solver usually reaches both: then the plan is proven and no
 model is built. Otherwise levels 2 and 3 are solved one after the other (each level's optimum is
 then a constraint), which CP-SAT proves far faster than one weighted objective, starting from the
@@ -40,13 +40,13 @@ import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from planner.arrange import Before, Domains, Layout, admissible, arrange, pack
-from planner.codes import SolveStatus
-from planner.cpsat import cp_model
-from planner.options import TypeProblem
-from planner.outcome import Outcome, Progress
-from planner.place import Previous, PreviousDevices
-from planner.strategies import Topology
+from planner.base.codes import SolveStatus
+from planner.base.strategies import Topology
+from planner.model.options import TypeProblem
+from planner.node.arrange import Before, Domains, Layout, admissible, arrange, pack
+from planner.search.cpsat import cp_model
+from planner.search.outcome import Outcome, Progress
+from planner.search.place import Previous, PreviousDevices
 
 
 @dataclass
@@ -180,7 +180,7 @@ def required_anywhere(problem: TypeProblem) -> bool:
 
 
 def _solver(seconds: float, workers: int) -> cp_model.CpSolver:
-    from planner.solver import _solver as make
+    from planner.search.solver import _solver as make
 
     return make(seconds, workers, 2)
 

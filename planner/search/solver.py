@@ -9,7 +9,7 @@ each greedily is both exponential and wrong in both directions. CP-SAT proves op
 infeasibility) and, when time runs out, returns its best plan with the proven bound, which is
 exactly what ``optimal`` means in the output.
 
-:func:`solve` uses the model over node classes (:mod:`planner.classes`), whose size does not
+:func:`solve` uses the model over node classes (:mod:`planner.search.classes`), whose size does not
 depend on the number of nodes. The model over individual nodes (:class:`TypeModel`, one integer
 per request × split × node) remains for two jobs: types whose node classes would need too many
 patterns (a CPU type with hundreds of cores and many request sizes), and the polish.
@@ -30,12 +30,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
 
-from planner import classes
-from planner.codes import SolveStatus
-from planner.cpsat import cp_model
-from planner.options import TypeProblem
-from planner.outcome import Outcome, Progress
-from planner.place import NodeCounts, Previous, greedy_place
+from planner.base.codes import SolveStatus
+from planner.model.options import TypeProblem
+from planner.search import classes
+from planner.search.cpsat import cp_model
+from planner.search.outcome import Outcome, Progress
+from planner.search.place import NodeCounts, Previous, greedy_place
 
 
 class TypeModel:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from planner.options import Item, Split, TypeProblem
+from planner.model.options import Item, Split, TypeProblem
 
 NodeCounts = dict[str, int]
 Previous = Mapping[str, tuple[int, Mapping[str, int]]]  # operator -> (units, node -> count)

@@ -16,9 +16,9 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from planner.devices import STANDARD_DOMAIN, Device
-from planner.strategies import DEFAULT_SCORING, Strategy, Topology
-from planner.zones import NodeTopology
+from planner.base.strategies import DEFAULT_SCORING, Strategy, Topology
+from planner.model.devices import STANDARD_DOMAIN, Device
+from planner.model.zones import NodeTopology
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from planner.codes import SolveStatus
-from planner.place import NodeCounts
+from planner.base.codes import SolveStatus
+from planner.search.place import NodeCounts
 
 Progress = Callable[[str], None]  # one line of progress, for the command line's stderr
 

@@ -12,9 +12,9 @@ emits it once.
 
 from __future__ import annotations
 
-from planner.model import LinkStrategy, OperatorSpec, ResourceKind, ResourceType
-from planner.strategies import Strategy
-from planner.vocab import GPU_TYPE_LABEL
+from planner.base.strategies import Strategy
+from planner.base.vocab import GPU_TYPE_LABEL
+from planner.model.spec import LinkStrategy, OperatorSpec, ResourceKind, ResourceType
 
 SHARE_ALL = LinkStrategy("share", 0, 0)
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 from fractions import Fraction
 
-from planner.codes import ConflictKind, SolveStatus
-from planner.model import PlanSpec, ResourceKind
-from planner.options import Item, Split, TypeProblem
-from planner.result import Allocation, PlanResult
-from planner.strategies import Topology
+from planner.base.codes import ConflictKind, SolveStatus
+from planner.base.strategies import Topology
+from planner.model.options import Item, Split, TypeProblem
+from planner.model.result import Allocation, PlanResult
+from planner.model.spec import PlanSpec, ResourceKind
 
 
 def _num(x: Fraction | None) -> str:
@@ -52,7 +52,7 @@ def _why_not(problem: TypeProblem, item: Item, s: int, total: Fraction, deadline
     left = deadline - time.monotonic()
     if left <= 0:
         return "not analysed (explanation time budget used up)"
-    from planner.solver import solve  # OR-Tools only when a better split needs explaining
+    from planner.search.solver import solve  # OR-Tools only when a better split needs explaining
 
     out = solve(problem, seconds=min(left, 2.0), forced={item.index: s})
     if out.status is SolveStatus.INFEASIBLE:

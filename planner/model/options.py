@@ -3,7 +3,7 @@
 Notes
 -----
 Which splits a request admits and what each is worth come from the tables in
-:mod:`planner.strategies`; this module only applies them to a spec and a snapshot.
+:mod:`planner.base.strategies`; this module only applies them to a spec and a snapshot.
 
 Resource types are independent (a request's units of one type never touch another type's nodes)
 and the score is a sum of per-request terms, so the whole problem splits into one
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property, lru_cache
 
-from planner.devices import STANDARD_DOMAIN, Device, Domain, domains_of
-from planner.model import Node, OperatorSpec, PlanSpec, Request, ResourceKind, ResourceType, Snapshot
-from planner.strategies import SCORINGS, STRATEGIES, Strategy, StrategyRule, Topology
-from planner.zones import zone_domains
+from planner.base.strategies import SCORINGS, STRATEGIES, Strategy, StrategyRule, Topology
+from planner.model.devices import STANDARD_DOMAIN, Device, Domain, domains_of
+from planner.model.spec import Node, OperatorSpec, PlanSpec, Request, ResourceKind, ResourceType, Snapshot
+from planner.model.zones import zone_domains
 
 
 @dataclass(frozen=True)

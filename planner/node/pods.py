@@ -34,11 +34,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from planner.devices import Domain
-from planner.model import CpuRequest, OperatorSpec, PlanSpec, ResourceKind, ResourceType
-from planner.options import TypeProblem
-from planner.quantity import MILLI, cpus_text
-from planner.result import Allocation, InstanceZones
+from planner.base.quantity import MILLI, cpus_text
+from planner.model.devices import Domain
+from planner.model.options import TypeProblem
+from planner.model.result import Allocation, InstanceZones
+from planner.model.spec import CpuRequest, OperatorSpec, PlanSpec, ResourceKind, ResourceType
 
 
 @dataclass(frozen=True)

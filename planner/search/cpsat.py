@@ -24,7 +24,7 @@ def _load() -> types.ModuleType:
     name = "ortools.sat.python.cp_model"
     if "pandas" in sys.modules or name in sys.modules:
         return importlib.import_module(name)
-    placeholder = types.ModuleType("pandas", "a stand-in while OR-Tools imports; see planner.cpsat")
+    placeholder = types.ModuleType("pandas", "a stand-in while OR-Tools imports; see planner.search.cpsat")
     placeholder.Index = type("Index", (), {})  # type: ignore[attr-defined]
     placeholder.Series = type("Series", (), {})  # type: ignore[attr-defined]
     sys.modules["pandas"] = placeholder

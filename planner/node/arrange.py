@@ -3,7 +3,7 @@ prove a layout best.
 
 Notes
 -----
-:mod:`planner.topology` ranks plans of equal score by instances straddling domains (fewer is
+:mod:`planner.node.topology` ranks plans of equal score by instances straddling domains (fewer is
 better), then by free cards left in whole domains (more is better). Both levels have a bound that
 holds for every plan at the score:
 
@@ -34,10 +34,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from planner.devices import Domain
-from planner.options import Item, TypeProblem
-from planner.place import NodeCounts, Previous
-from planner.strategies import Topology
+from planner.base.strategies import Topology
+from planner.model.devices import Domain
+from planner.model.options import Item, TypeProblem
+from planner.search.place import NodeCounts, Previous
 
 DeviceLists = dict[str, list[list[str]]]  # node -> one list of device names per instance
 Spot = tuple[str, int]  # (node, index of one of its domains)

@@ -1,0 +1,2 @@
+"""Placement inside a node: which devices (DRA) or NUMA zones each instance gets, and the CPU its
+pods ask for."""
