@@ -29,8 +29,7 @@ from typing import Any
 
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.diff import covers, foreign_owner, node_label_changes, with_owner
-from planner.render import Desired
-from planner.vocab import CLAIM_TEMPLATE, CONFIGMAP, DEPLOYMENT, MANAGED_BY, NODE, PRIORITY_CLASS
+from planner import CLAIM_TEMPLATE, CONFIGMAP, DEPLOYMENT, MANAGED_BY, NODE, PRIORITY_CLASS, Desired
 
 
 class Step(IntEnum):
@@ -105,34 +104,31 @@ def _unlabel(plan: PlanBody, nodes: Iterable[str]) -> list[Write]:
     return [Write(Step.UNLABEL_NODES, Verb.LABEL, NODE, n, labels={plan.label_key: None}) for n in nodes]
 
 
-def _drop_deployments(plan: PlanBody, observed: Observed, wanted: Iterable[str]) -> list[Write]:
+def _drop_owned(
+    plan: PlanBody, objects: Mapping[str, Any], wanted: Iterable[str], kind: str, step: Step
+) -> list[Write]:
+    """Delete the plan's own objects of one kind that it no longer wants (by name)."""
     keep = set(wanted)
     return [
-        Write(Step.DROP, Verb.DELETE, DEPLOYMENT, name, plan.namespace)
-        for name, dep in sorted(observed.deployments.items())
-        if name not in keep and _owned_by(dep, plan.uid)
+        Write(step, Verb.DELETE, kind, name, plan.namespace)
+        for name, obj in sorted(objects.items())
+        if name not in keep and _owned_by(obj, plan.uid)
     ]
+
+
+def _drop_deployments(plan: PlanBody, observed: Observed, wanted: Iterable[str]) -> list[Write]:
+    return _drop_owned(plan, observed.deployments, wanted, DEPLOYMENT, Step.DROP)
 
 
 def _drop_configmaps(plan: PlanBody, observed: Observed, wanted: Iterable[str]) -> list[Write]:
     """The plan's ConfigMaps it no longer wants (a large plan that shrank to fewer parts)."""
-    keep = set(wanted)
-    return [
-        Write(Step.DROP, Verb.DELETE, CONFIGMAP, name, plan.namespace)
-        for name, cm in sorted(observed.configmaps.items())
-        if name not in keep and _owned_by(cm, plan.uid)
-    ]
+    return _drop_owned(plan, observed.configmaps, wanted, CONFIGMAP, Step.DROP)
 
 
 def _drop_claim_templates(plan: PlanBody, observed: Observed, wanted: Iterable[str]) -> list[Write]:
     """Templates of devices the plan no longer uses (after their pods: claims already made stay
     with their pods until those go)."""
-    keep = set(wanted)
-    return [
-        Write(Step.UNLABEL_NODES, Verb.DELETE, CLAIM_TEMPLATE, name, plan.namespace)
-        for name, t in sorted(observed.claim_templates.items())
-        if name not in keep and _owned_by(t, plan.uid)
-    ]
+    return _drop_owned(plan, observed.claim_templates, wanted, CLAIM_TEMPLATE, Step.UNLABEL_NODES)
 
 
 def apply_writes(
