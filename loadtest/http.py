@@ -8,7 +8,7 @@ about twice; the client below does only what a load test needs:
 
 * one TCP (or TLS) connection per request in flight, kept alive and reused LIFO, so a burst
   never waits for a connection and the warm ones stay warm;
-* the request bytes are built once per distinct :class:`~loadtest.plugins.Request` object (a task
+* the request bytes are built once per distinct :class:`~loadtest.messages.Request` object (a task
   that returns the same object every time costs one ``transport.write`` per request);
 * responses are parsed from the protocol's buffer: status line, headers, then a body framed by
   ``content-length``, ``transfer-encoding: chunked``, or the end of the connection;
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import cast
 from urllib.parse import urljoin, urlsplit
 
-from loadtest.plugins import Request, Response
+from loadtest.messages import Request, Response
 
 USER_AGENT = "gpuplan-loadtest"
 _NO_BODY_STATUSES = frozenset({204, 304})

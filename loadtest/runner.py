@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loadtest.arrivals import WHOLE, Schedule, Shard
-from loadtest.plugins import Request
+from loadtest.messages import Request
 from loadtest.probe import ProcessProbe
 from loadtest.progress import Progress
 from loadtest.record import StepRecord, judge, merge

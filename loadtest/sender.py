@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loadtest.arrivals import Schedule, Shard
-from loadtest.plugins import Task
+from loadtest.messages import Task
 from loadtest.record import Bucket, StepRecord
 from loadtest.stats import LatencyHistogram
 from loadtest.transport import Transport, TransportError

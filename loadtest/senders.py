@@ -33,7 +33,8 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from loadtest.plugins import Task, TaskError, load_task
+from loadtest.messages import Task, TaskError
+from loadtest.plugins import load_task
 from loadtest.record import StepRecord, from_dict
 from loadtest.sender import Live, Sender, StepPlan
 from loadtest.transport import make_transport

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.arrivals import Shard
-from loadtest.plugins import Task
+from loadtest.messages import Task
 from loadtest.probe import ProcessProbe
 from loadtest.progress import Progress
 from loadtest.record import timeline_rows

@@ -21,59 +21,60 @@ port (the connections are to one origin); their paths and queries are used as th
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadtest.plugins import Request, Response, TaskError
+from loadtest.messages import Request, Response, TaskError
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+@dataclass
+class _Target:
+    """One target while its lines are read: ``METHOD URL``, then headers and an ``@body`` file."""
+
+    method: str
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes | None = None
+
+    def request(self) -> Request:
+        return Request(method=self.method, path=self.url, headers=self.headers, body=self.body)
 
 
 def parse_targets(text: str, base: Path | None = None) -> list[Request]:
     """The requests of a targets file; :class:`TaskError` naming the line for anything else."""
     out: list[Request] = []
-    current: dict[str, object] | None = None
-
-    def close() -> None:
-        nonlocal current
-        if current is not None:
-            out.append(
-                Request(
-                    method=str(current["method"]),
-                    path=str(current["url"]),
-                    headers=dict(current["headers"]),  # type: ignore[call-overload]
-                    body=current["body"],  # type: ignore[arg-type]
-                )
-            )
-        current = None
-
+    current: _Target | None = None
     for n, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if line.startswith("#"):
             continue
         if not line:
-            close()
+            if current is not None:
+                out.append(current.request())
+            current = None
             continue
         if current is None:
             method, _, url = line.partition(" ")
             if method.upper() not in METHODS or not url.strip():
                 raise TaskError(f"targets line {n}: expected 'METHOD URL', got {line[:80]!r}")
-            current = {"method": method.upper(), "url": url.strip(), "headers": {}, "body": None}
+            current = _Target(method.upper(), url.strip())
         elif line.startswith("@"):
             path = Path(line[1:].strip())
             if base is not None and not path.is_absolute():
                 path = base / path
             try:
-                current["body"] = path.read_bytes()
+                current.body = path.read_bytes()
             except OSError as exc:
                 raise TaskError(f"targets line {n}: body file {str(path)!r}: {exc.strerror}") from None
         else:
             key, sep, value = line.partition(":")
             if not sep or not key.strip():
                 raise TaskError(f"targets line {n}: expected 'Header: value' or '@file', got {line[:80]!r}")
-            headers = current["headers"]
-            assert isinstance(headers, dict)
-            headers[key.strip()] = value.strip()
-    close()
+            current.headers[key.strip()] = value.strip()
+    if current is not None:
+        out.append(current.request())
     if not out:
         raise TaskError("the targets file has no target")
     return out

@@ -1,6 +1,6 @@
-"""Sending a :class:`~loadtest.plugins.Request` over HTTP (:mod:`loadtest.http`) or gRPC (grpcio).
+"""Sending a :class:`~loadtest.messages.Request` over HTTP (:mod:`loadtest.http`) or gRPC (grpcio).
 
-A transport turns a request into a :class:`~loadtest.plugins.Response` or raises
+A transport turns a request into a :class:`~loadtest.messages.Response` or raises
 :class:`TransportError` with a *kind* (``connect``, ``timeout``, ``network``). The kinds matter:
 the liveness check stops a run when everything fails with ``connect`` (the target is gone, so
 further steps would only measure refusals), while timeouts are what an overloaded server looks
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from loadtest.http import HttpClient, HttpError
-from loadtest.plugins import Request, Response
+from loadtest.messages import Request, Response
 
 
 class TransportError(Exception):
