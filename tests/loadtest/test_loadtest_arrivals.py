@@ -107,6 +107,7 @@ def test_stop_ends_the_feed_early() -> None:
     assert asyncio.run(run()) == 0
 
 
+@pytest.mark.timeout(120)  # a hang guard: 200 examples of up to 9,000 arrivals on a busy 2-core machine
 @settings(max_examples=200, deadline=None)
 @given(
     rate=st.floats(min_value=0.5, max_value=3000.0),
