@@ -139,6 +139,19 @@ def parse(text: str, source: str, what: str) -> list[Any]:
         raise InvalidInput(what, f"{source}: {e}") from None
 
 
+def read_bytes(path: str, what: str) -> bytes:
+    """The bytes of ``path`` (``-``: standard input), or :class:`InvalidInput` naming the option."""
+    try:
+        if path == "-":
+            return sys.stdin.buffer.read()
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise InvalidInput(what, f"{path}: no such file") from None
+    except OSError as e:
+        raise InvalidInput(what, f"{path}: {e.strerror}") from None
+
+
 def read_text(path: str, what: str) -> str:
     """The text of ``path`` (``-``: standard input), or :class:`InvalidInput` naming the option."""
     source = "standard input" if path == "-" else path
