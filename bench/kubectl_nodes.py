@@ -100,7 +100,7 @@ def node_template() -> dict[str, Any]:
 
 
 def _values(i: int, typ: str, free: int, rng: random.Random, quote: str) -> dict[str, str]:
-    uid = "%032x" % rng.getrandbits(128)
+    uid = f"{rng.getrandbits(128):032x}"
     out = {
         NAME: f"{typ.lower()}-{i:05d}",
         TYPE: typ,
@@ -109,11 +109,11 @@ def _values(i: int, typ: str, free: int, rng: random.Random, quote: str) -> dict
         IP: f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}",
         UID: f"{uid[:8]}-{uid[8:12]}-{uid[12:16]}-{uid[16:20]}-{uid[20:]}",
         FREE: f"{quote}{free}{quote}",  # a string, as the API server writes quantities
-        INSTANCE: "i-%017x" % rng.getrandbits(68),
-        MACHINE: "%032x" % rng.getrandbits(128),
+        INSTANCE: f"i-{rng.getrandbits(68):017x}",
+        MACHINE: f"{rng.getrandbits(128):032x}",
         VERSION: f"{quote}{rng.randrange(10**6, 10**8)}{quote}",
     }
-    out |= {sha: "%064x" % rng.getrandbits(256) for sha in SHA}
+    out |= {sha: f"{rng.getrandbits(256):064x}" for sha in SHA}
     return out
 
 
@@ -138,7 +138,7 @@ def write(path: str, per_type: dict[str, int], free: list[int], fmt: str, seed: 
         dumped = yaml.safe_dump(doc, default_flow_style=False, width=10**6)
         text = "- " + dumped.rstrip("\n").replace("\n", "\n  ") + "\n"
         quote, sep = "'", ""
-        head, tail = "apiVersion: v1\nitems:\n", "kind: List\nmetadata:\n  resourceVersion: \"\"\n"
+        head, tail = "apiVersion: v1\nitems:\n", 'kind: List\nmetadata:\n  resourceVersion: ""\n'
     rng = random.Random(seed)
     with open(path, "w", encoding="utf-8") as f:
         f.write(head)

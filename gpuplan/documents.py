@@ -143,7 +143,8 @@ def read_bytes(path: str, what: str) -> bytes:
     """The bytes of ``path`` (``-``: standard input), or :class:`InvalidInput` naming the option."""
     try:
         if path == "-":
-            return sys.stdin.buffer.read()
+            stream = getattr(sys.stdin, "buffer", None)  # None: a text stream put in its place
+            return stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
         with open(path, "rb") as f:
             return f.read()
     except FileNotFoundError:

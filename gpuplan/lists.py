@@ -80,9 +80,7 @@ def prune(value: Any, fields: Fields) -> Any:
         return [prune(v, fields[0]) for v in value] if isinstance(value, list) else value
     if not isinstance(value, dict):
         return value
-    return {
-        k: value[k] if sub is None else prune(value[k], sub) for k, sub in fields.items() if k in value
-    }
+    return {k: value[k] if sub is None else prune(value[k], sub) for k, sub in fields.items() if k in value}
 
 
 def _exact(raw: bytes) -> Any:
@@ -271,8 +269,8 @@ def load_list(path: str, what: str, fields: Fields) -> Any:
 
 
 def read_list(data: bytes, source: str, what: str, fields: Fields) -> Any:
-    """The list in ``data`` with each item cut down to ``fields``; the generic reader's answer
-    (every field) for a small file or one this reader does not expect."""
+    """The list in ``data`` with each item cut down to ``fields``; read by the generic reader
+    when the file is small or not what this reader expects (then cut down all the same)."""
     if len(data) >= LARGE:
         try:
             if data.lstrip()[:1] == b"{":
@@ -286,4 +284,7 @@ def read_list(data: bytes, source: str, what: str, fields: Fields) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput(what, f"{source}: not UTF-8 text") from None
-    return one(parse(text, source, what), source, what)
+    doc = one(parse(text, source, what), source, what)
+    if isinstance(doc, dict) and isinstance(doc.get("items"), list):  # the same answer, cut down
+        return doc | {"items": [prune(item, fields) for item in doc["items"]]}
+    return doc
