@@ -22,7 +22,9 @@ fields and indices exactly as before.
 - A mapping key given twice anywhere in an item is found without a second parser: the item
   written back by msgspec (one key each) has fewer colons than its text exactly when a key was
   dropped (escaped colons, ``\\u003a``, send the whole file to the generic reader). The item is
-  then read by the generic reader, whose error names both lines.
+  then read by the generic reader, whose error names both lines. (One corner is compared as
+  written, not as YAML 1.1 reads it: two plain keys that are the same number or boolean spelled
+  two ways, ``1`` and ``0x1``, in a field of a large YAML list the planner does not read.)
 - Anything this reader does not expect (anchors, tags, several documents, a list not at the
   left margin, a file that is not valid JSON) goes to the generic reader: slower, never
   different.
