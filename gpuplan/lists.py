@@ -85,36 +85,26 @@ def prune(value: Any, fields: Fields) -> Any:
     return {k: value[k] if sub is None else prune(value[k], sub) for k, sub in fields.items() if k in value}
 
 
-def _exact(raw: bytes) -> Any:
-    """``raw`` decoded; :class:`_Generic` when a key is given twice in it (the value written
-    back, one key each, then holds fewer colons than the text)."""
-    try:
-        whole = _DECODE.decode(raw)
-    except msgspec.DecodeError:
-        raise _Generic from None
-    if _ENCODE.encode(whole).count(b":") != raw.count(b":"):
-        raise _Generic  # the generic reader names the key and its two lines
-    return whole
-
-
-def _top(data: bytes) -> tuple[dict[str, Any], list[msgspec.Raw]]:
-    """The top-level mapping (its ``items`` aside) and the items, each still raw JSON."""
+def _from_json(data: bytes, fields: Fields) -> dict[str, Any]:
+    """The top-level mapping with its items cut down. A key given twice anywhere: the values
+    written back (one key each) hold fewer colons, all told, than the text."""
     try:
         top = _RAW_TOP.decode(data)
-        raw_items = top.pop("items")
-        items = _RAW_ITEMS.decode(raw_items)
+        raw_items = _RAW_ITEMS.decode(top.pop("items"))
+        rest = {k: _DECODE.decode(v) for k, v in top.items()}
+        # the top's own pairs: one colon each, and any in their keys
+        colons = len(top) + 1 + sum(k.count(":") for k in top)
+        colons += sum(_ENCODE.encode(v).count(b":") for v in rest.values())
+        items = []
+        for raw in raw_items:
+            whole = _DECODE.decode(raw)
+            colons += _ENCODE.encode(whole).count(b":")
+            items.append(prune(whole, fields))
     except (msgspec.DecodeError, KeyError):
         raise _Generic from None
-    # a key given twice at the top: the pairs kept hold fewer colons than the text
-    kept = sum(bytes(v).count(b":") + k.count(":") + 1 for k, v in top.items())
-    if kept + bytes(raw_items).count(b":") + 1 != data.count(b":"):
-        raise _Generic
-    return {k: _exact(bytes(v)) for k, v in top.items()}, items
-
-
-def _from_json(data: bytes, fields: Fields) -> dict[str, Any]:
-    rest, raw_items = _top(data)
-    return rest | {"items": [prune(_exact(bytes(raw)), fields) for raw in raw_items]}
+    if colons != data.count(b":"):
+        raise _Generic  # the generic reader names the key and its two lines
+    return rest | {"items": items}
 
 
 # --- YAML ---------------------------------------------------------------------------------
@@ -248,18 +238,20 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
             root = tree.root_id()
             if not tree.is_seq(root) or tree.num_children(root) != len(group):
                 raise _Generic
-            raws = _RAW_ITEMS.decode(ryml.emit_json(tree))
-        except (ryml.ExceptionParse, ryml.ExceptionBasic, msgspec.DecodeError, UnicodeDecodeError):
+            text = ryml.emit_json(tree).encode("utf-8")
+            raws = _RAW_ITEMS.decode(text)
+            wholes = [_DECODE.decode(raw) for raw in raws]
+        except (ryml.ExceptionParse, ryml.ExceptionBasic, msgspec.DecodeError, UnicodeError):
             raise _Generic from None
         if len(raws) != len(group):
             raise _Generic
+        twice = sum(_ENCODE.encode(w).count(b":") for w in wholes) != text.count(b":")
         ends = [*group[1:], stop]
-        for raw, item_start, item_end in zip(raws, group, ends, strict=True):
-            try:
-                item = prune(_exact(bytes(raw)), fields)
-            except _Generic:  # a key given twice, or a text JSON cannot hold: PyYAML says which
-                item = None
-            if item is None or not _yaml_reads_the_same(item):
+        for raw, whole, item_start, item_end in zip(raws, wholes, group, ends, strict=True):
+            item = prune(whole, fields)
+            if (twice and _ENCODE.encode(whole).count(b":") != bytes(raw).count(b":")) or not (
+                _yaml_reads_the_same(item)
+            ):  # a key given twice (PyYAML names its lines), or a value PyYAML reads otherwise
                 item = prune(_one_yaml_item(data, item_start, item_end, source, what), fields)
             items.append(item)
     return head | {"items": items}
