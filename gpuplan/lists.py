@@ -228,6 +228,7 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
         raise _Generic
     starts = [start] + [m.start() + 1 for m in _ITEM_START.finditer(data, start, end)]
     tree = ryml.Tree()
+    out = bytearray()
     items: list[Any] = []
     for first, stop, group in _chunks(starts, end):
         chunk = data[first:stop]
@@ -238,7 +239,12 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
             root = tree.root_id()
             if not tree.is_seq(root) or tree.num_children(root) != len(group):
                 raise _Generic
-            text = ryml.emit_json(tree).encode("utf-8")
+            if len(out) < 3 * len(chunk):
+                out = bytearray(3 * len(chunk))
+            try:  # written into one buffer kept across chunks: no second pass to size it
+                text = bytes(ryml.emit_json_in_place(tree, out))
+            except IndexError:  # JSON larger than thrice the YAML: let it size the buffer
+                text = ryml.emit_json(tree).encode("utf-8")
             raws = _RAW_ITEMS.decode(text)
             wholes = [_DECODE.decode(raw) for raw in raws]
         except (ryml.ExceptionParse, ryml.ExceptionBasic, msgspec.DecodeError, UnicodeError):

@@ -261,3 +261,9 @@ def test_a_small_list_is_read_by_the_generic_reader_and_cut_down(tmp_path: Path)
     assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
     (tmp_path / "nodes.yaml").write_bytes(data)
     assert load(str(tmp_path / "nodes.yaml"), "nodes") == load_text(data)
+
+
+def test_json_written_longer_than_thrice_its_yaml_is_still_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = ("items:\n" + "- a:\n  b:\n" * 5 + "kind: List\n").encode()
+    monkeypatch.setattr(lists, "one", lambda *args: pytest.fail("read by the generic reader"))
+    assert read_list(data, "f", "nodes", NODE_FIELDS) == {"kind": "List", "items": [{}] * 5}
