@@ -33,7 +33,7 @@ fields and indices exactly as before.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
@@ -138,21 +138,32 @@ def _yaml_reads_the_same(item: Any) -> bool:
     reads the plain text as something else (``yes``, ``~``, a date). A key is always quoted in
     JSON, so there the plain reading alone decides. A float may have been ``1e3`` (a string to
     PyYAML); true, false, null and integers read the same in both."""
-    if isinstance(item, dict):
-        if not _OK_KEYS.issuperset(item) and not all(_key_ok(k) for k in item):
+    kind = type(item)
+    if kind is dict:
+        if not _OK_KEYS.issuperset(item) and not all(map(_key_ok, item)):
             return False
-        values = item.values()
-        try:
-            if _OK_VALUES.issuperset(values):  # the usual case, all in C: strings seen before
-                return True
-        except TypeError:  # a mapping or list among the values
-            pass
-        return all(_yaml_reads_the_same(v) for v in values)
-    if isinstance(item, list):
-        return all(_yaml_reads_the_same(v) for v in item)
-    if isinstance(item, str):
-        return item in _OK_VALUES or _value_ok(item)
-    return not isinstance(item, float)
+        values: Iterable[Any] = item.values()
+    elif kind is list:
+        values = item
+    else:
+        return _yaml_reads_the_same_scalar(item)
+    for value in values:  # a loop, not a recursion per scalar: most values are strings seen before
+        kind = type(value)
+        if kind is str:
+            if value not in _OK_VALUES and not _value_ok(value):
+                return False
+        elif kind is dict or kind is list:
+            if not _yaml_reads_the_same(value):
+                return False
+        elif kind is float:
+            return False
+    return True
+
+
+def _yaml_reads_the_same_scalar(value: Any) -> bool:
+    if isinstance(value, str):
+        return value in _OK_VALUES or _value_ok(value)
+    return not isinstance(value, float)
 
 
 # strings known to read the same (only strings: 1.0 == True would let a float through)
