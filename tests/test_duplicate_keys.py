@@ -7,11 +7,9 @@ key of any mapping of the example documents, given twice, in block YAML, flow YA
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -20,6 +18,7 @@ from hypothesis import strategies as st
 
 from gpuplan.cli import main
 from gpuplan.documents import json_duplicate, quote
+from tests.duplicates import mappings, to_json, to_yaml, with_duplicate
 from tests.helpers import node_list, plan_doc
 
 REPO = Path(__file__).resolve().parent.parent
@@ -288,66 +287,6 @@ EXAMPLES = {
     "nodes": yaml.safe_load((REPO / "examples" / "nodes.yaml").read_text()),
     "pods": yaml.safe_load((REPO / "examples" / "pods.yaml").read_text()),
 }
-
-
-def mappings(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """The path of every non-empty mapping in a document."""
-    out = []
-    if isinstance(doc, dict):
-        if doc:
-            out.append(path)
-        for k, v in doc.items():
-            out += mappings(v, (*path, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out += mappings(v, (*path, i))
-    return out
-
-
-class Pairs(list[tuple[Any, Any]]):
-    """A mapping written as its pairs, so that it can hold a key twice."""
-
-
-def with_duplicate(doc: Any, path: tuple[Any, ...], key: Any, value: Any, at: int) -> Any:
-    """``doc`` with the mapping at ``path`` turned into pairs, ``key`` given again at ``at``."""
-    doc = copy.deepcopy(doc)
-
-    def pairs(node: Any) -> Any:
-        if isinstance(node, dict):
-            return Pairs((k, pairs(v)) for k, v in node.items())
-        if isinstance(node, list):
-            return [pairs(v) for v in node]
-        return node
-
-    out = pairs(doc)
-    target = out
-    for step in path:
-        target = dict(target)[step] if isinstance(target, Pairs) else target[step]
-    target.insert(at, (key, value))
-    return out
-
-
-def to_json(node: Any, indent: int) -> str:
-    pad = "\n" + " " * indent if indent else ""
-    if isinstance(node, Pairs):
-        body = ("," + pad).join(f"{json.dumps(k)}: {to_json(v, indent)}" for k, v in node)
-        return "{" + pad + body + pad + "}"
-    if isinstance(node, list):
-        return "[" + ", ".join(to_json(v, indent) for v in node) + "]"
-    return json.dumps(node)
-
-
-def to_yaml(node: Any, flow: bool) -> str:
-    def compose(n: Any) -> yaml.Node:
-        if isinstance(n, Pairs):
-            return yaml.MappingNode(
-                "tag:yaml.org,2002:map", [(compose(k), compose(v)) for k, v in n], flow_style=flow
-            )
-        if isinstance(n, list):
-            return yaml.SequenceNode("tag:yaml.org,2002:seq", [compose(v) for v in n], flow_style=flow)
-        return yaml.SafeDumper(None).represent_data(n)  # type: ignore[arg-type]
-
-    return yaml.serialize(compose(node), Dumper=yaml.SafeDumper)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
