@@ -32,8 +32,11 @@ fields and indices exactly as before.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -185,10 +188,43 @@ def _value_ok(value: str) -> bool:
     return False
 
 
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """rapidyaml writes its parse errors to the process's stderr (file descriptor 2) before it
+    raises; the command's one line of error is the generic reader's, so those go nowhere."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _reserved_start(data: bytes) -> bool:
+    """Whether a scalar may start with ``@`` or a backquote, which YAML reserves: PyYAML refuses
+    it, rapidyaml reads it. (An image's ``repo@sha256:...`` has the ``@`` inside: no.)"""
+    for mark in (b"@", b"`"):
+        at = data.find(mark)
+        while at != -1:
+            if at == 0 or data[at - 1 : at] in b" \t\r\n[{,":
+                return True
+            at = data.find(mark, at + 1)
+    return False
+
+
 def _items_region(data: bytes) -> tuple[int, int, int]:
     """Where the items of a top-level ``items:`` block sequence at the left margin start and end."""
     found = _ITEMS.search(data)
-    if found is None or data.startswith((b"---", b"...", b"%")) or any(c in data for c in _NOT_PLAIN):
+    if (
+        found is None
+        or data.startswith((b"---", b"...", b"%"))
+        or any(c in data for c in _NOT_PLAIN)
+        or _reserved_start(data)
+    ):
         raise _Generic  # anchors, aliases, tags, merges or documents: the generic reader
     start = found.end()
     if not data.startswith(b"-", start):
@@ -246,7 +282,8 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
         try:
             tree.clear()
             tree.clear_arena()
-            ryml.parse_in_arena(chunk, tree=tree)
+            with _quiet_stderr():
+                ryml.parse_in_arena(chunk, tree=tree)
             root = tree.root_id()
             if not tree.is_seq(root) or tree.num_children(root) != len(group):
                 raise _Generic

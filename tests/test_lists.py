@@ -267,3 +267,22 @@ def test_json_written_longer_than_thrice_its_yaml_is_still_read(monkeypatch: pyt
     data = ("items:\n" + "- a:\n  b:\n" * 5 + "kind: List\n").encode()
     monkeypatch.setattr(lists, "one", lambda *args: pytest.fail("read by the generic reader"))
     assert read_list(data, "f", "nodes", NODE_FIELDS) == {"kind": "List", "items": [{}] * 5}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(NODES_OK.replace("zone: z1", "zone: @z1"), id="a scalar starting with the reserved @"),
+        pytest.param(NODES_OK.replace("zone: z1", "zone: a: b"), id="two colons on one line"),
+        pytest.param(NODES_OK.replace("zone: z1", "zone: [z1"), id="an unclosed bracket"),
+    ],
+)
+def test_yaml_the_generic_reader_refuses_is_refused_in_one_line_and_nothing_else(
+    capfd: pytest.CaptureFixture[str], text: str
+) -> None:
+    with pytest.raises(InvalidInput) as fast:
+        read_list(text.encode(), "f", "nodes", NODE_FIELDS)
+    with pytest.raises(InvalidInput) as generic:
+        load_text(text.encode())
+    assert str(fast.value) == str(generic.value)
+    assert capfd.readouterr().err == ""  # rapidyaml's own error report goes nowhere
