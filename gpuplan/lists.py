@@ -115,7 +115,8 @@ def _from_json(data: bytes, fields: Fields) -> dict[str, Any]:
 _ITEMS = re.compile(rb"^items:[ \t]*\r?\n", re.M)
 _AFTER_ITEMS = re.compile(rb"\n[^-#\s]")  # the first top-level key after the list
 _ITEM_START = re.compile(rb"\n-(?=[ \t\r\n])")
-_NOT_PLAIN = (b"\n---", b"\n...", b"\n%", b"&", b"*", b"!", b"<<")  # documents, anchors, tags
+# documents, anchors, aliases, tags, merges; and tabs, which the two parsers treat differently
+_NOT_PLAIN = (b"\n---", b"\n...", b"\n%", b"&", b"*", b"!", b"<<", b"\t")
 _STR = "tag:yaml.org,2002:str"
 
 
@@ -204,27 +205,29 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(devnull)
 
 
-def _reserved_start(data: bytes) -> bool:
-    """Whether a scalar may start with ``@`` or a backquote, which YAML reserves: PyYAML refuses
-    it, rapidyaml reads it. (An image's ``repo@sha256:...`` has the ``@`` inside: no.)"""
-    for mark in (b"@", b"`"):
-        at = data.find(mark)
-        while at != -1:
-            if at == 0 or data[at - 1 : at] in b" \t\r\n[{,":
-                return True
-            at = data.find(mark, at + 1)
-    return False
+# A plain scalar starting (after a space, a line's start or a bracket) with a character YAML
+# forbids or reads otherwise there (@, a backquote, ], }, a comma, %, :, ?), or a flow collection
+# other than [] and {}: there the two parsers part ways (PyYAML refuses `zone: @x`, rapidyaml
+# reads it) and kubectl writes neither. Found in C: each byte mapped to its role (1: may come
+# before a scalar, 2: may not start one, 3: both), then four two-byte searches.
+_ROLES = bytes(
+    3 if chr(b) in ",[{" else 1 if chr(b) in " \n\r" else 2 if chr(b) in "@`]}%:?" else 0 for b in range(256)
+)
+_RESERVED_PAIRS = (b"\x01\x02", b"\x01\x03", b"\x03\x02", b"\x03\x03")
+
+
+def _reserved_start(text: bytes) -> bool:
+    """Whether such a start occurs in ``text``: the ``@`` of ``repo@sha256:...`` does not count;
+    a quoted string that happens to hold ``a @b`` sends the file to the generic reader, slower
+    but the same."""
+    roles = text.replace(b"[]", b"..").replace(b"{}", b"..").translate(_ROLES)
+    return any(pair in roles for pair in _RESERVED_PAIRS)
 
 
 def _items_region(data: bytes) -> tuple[int, int, int]:
     """Where the items of a top-level ``items:`` block sequence at the left margin start and end."""
     found = _ITEMS.search(data)
-    if (
-        found is None
-        or data.startswith((b"---", b"...", b"%"))
-        or any(c in data for c in _NOT_PLAIN)
-        or _reserved_start(data)
-    ):
+    if found is None or data.startswith((b"---", b"...", b"%")) or any(c in data for c in _NOT_PLAIN):
         raise _Generic  # anchors, aliases, tags, merges or documents: the generic reader
     start = found.end()
     if not data.startswith(b"-", start):
@@ -279,6 +282,8 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
     items: list[Any] = []
     for first, stop, group in _chunks(starts, end):
         chunk = data[first:stop]
+        if _reserved_start(chunk):
+            raise _Generic
         try:
             tree.clear()
             tree.clear_arena()

@@ -286,3 +286,23 @@ def test_yaml_the_generic_reader_refuses_is_refused_in_one_line_and_nothing_else
         load_text(text.encode())
     assert str(fast.value) == str(generic.value)
     assert capfd.readouterr().err == ""  # rapidyaml's own error report goes nowhere
+
+
+def read_or_refuse(read: Any) -> Any:
+    try:
+        return read()
+    except InvalidInput as e:
+        return str(e)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    raw=st.text(alphabet="ab1: -#'\"@`!&*|>{}[],?%~.\\\n\t\ré", max_size=12),
+    where=st.sampled_from(["zone: {}", "{}: z1", "zone: [{}]", "zone: {{a: {}}}", "zone:\n        {}"]),
+)
+def test_any_text_typed_into_a_node_reads_or_fails_as_the_generic_reader(raw: str, where: str) -> None:
+    """Text as a person may type it into a node (a value, a key, in brackets, on the next line):
+    valid YAML or not, the same answer."""
+    data = NODES_OK.replace("zone: z1", where.format(raw)).encode()
+    fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS))
