@@ -25,9 +25,10 @@ fields and indices exactly as before.
   then read by the generic reader, whose error names both lines. (One corner is compared as
   written, not as YAML 1.1 reads it: two plain keys that are the same number or boolean spelled
   two ways, ``1`` and ``0x1``, in a field of a large YAML list the planner does not read.)
-- Anything this reader does not expect (anchors, tags, several documents, a list not at the
-  left margin, a file that is not valid JSON) goes to the generic reader: slower, never
-  different.
+- Anything this reader does not expect goes to the generic reader: slower, never different.
+  Anchors, tags, tabs, several documents, a list not at the left margin, a file that is not
+  valid JSON; and YAML the two parsers read differently (a plain scalar starting with ``@``,
+  ``,``, ``]`` and the like, flow collections), found by a fuzz that types any text into a node.
 """
 
 from __future__ import annotations
