@@ -38,7 +38,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import msgspec
@@ -283,8 +283,12 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
     items: list[Any] = []
     for first, stop, group in _chunks(starts, end):
         chunk = data[first:stop]
-        if _reserved_start(chunk):
-            raise _Generic
+        if _reserved_start(chunk):  # these few thousand items by PyYAML, as the generic reader would
+            doc = _pyyaml(chunk, partial(data.count, b"\n", 0, first), source, what)
+            if not isinstance(doc, list) or len(doc) != len(group):
+                raise _Generic
+            items += [prune(item, fields) for item in doc]
+            continue
         try:
             tree.clear()
             tree.clear_arena()
