@@ -26,14 +26,18 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from instances import large, medium, scale, topology  # noqa: E402
-from spawn import launch  # noqa: E402
+import kubectl_nodes  # noqa: E402
+from instances import TYPES, large, medium, scale, topology  # noqa: E402
+from spawn import Measured, launch  # noqa: E402
 from validate import validate, validate_devices  # noqa: E402
 
 OUT = HERE / "out"
 BASELINE = "621d1d4"  # the last release whose exact search modelled every node
 # the last commit whose device placement searched a model of every node, split and domain
 TOPOLOGY_BASELINE = "f8bd65f"
+# the last commit that read every field of every node (the generic readers only)
+READER_BASELINE = "0518371"
+LARGE_NODES = 65_000
 CLI = [sys.executable, "-m", "gpuplan"]
 
 
@@ -49,14 +53,22 @@ def run(
     cmd: list[str], env: dict[str, str] | None = None, timeout: float | None = None
 ) -> tuple[float, float, Any]:
     """Wall seconds, peak RSS in MB, and the JSON the command printed (None on a time-out)."""
+    m, res = measured(cmd, env, timeout)
+    return m.wall_s, m.peak_rss_mb, res
+
+
+def measured(
+    cmd: list[str], env: dict[str, str] | None = None, timeout: float | None = None
+) -> tuple[Measured, Any]:
+    """The figures of one run (CPU seconds too) and the JSON it printed (None on a time-out)."""
     with tempfile.TemporaryFile() as out:
         m = launch(cmd, env=env, stdout=out, stderr=subprocess.DEVNULL, timeout=timeout)
         if m.timed_out:
-            return m.wall_s, 0.0, None
+            return m, None
         if m.returncode not in (0, 3):
             raise SystemExit(f"{' '.join(cmd)} exited {m.returncode}")
         out.seek(0)
-        return m.wall_s, m.peak_rss_mb, json.loads(out.read())
+        return m, json.loads(out.read())
 
 
 def write(name: str, plan: dict[str, Any], nodes: dict[str, Any]) -> tuple[str, str]:
@@ -190,11 +202,68 @@ def topology_point(
     return out
 
 
+def large_cluster(base: dict[str, str] | None, base_timeout: float) -> list[dict[str, Any]]:
+    """65,000 Nodes as kubectl writes them (JSON and YAML), one plan of 8,000 requests; and the
+    same nodes cut down to what the planner reads, which is the planning alone."""
+    OUT.mkdir(exist_ok=True)
+    plan, _, count = scale(100, 8000, 0.35, seed=5)  # the requests only: the same whatever the nodes
+    p = OUT / "large-plan.json"
+    p.write_text(json.dumps(plan))
+    per_type = {t: LARGE_NODES // len(TYPES) for t in TYPES}
+    paths = {}
+    for fmt in ("json", "yaml"):
+        path = OUT / f"large-{LARGE_NODES}-nodes.{fmt}"
+        if not path.exists():  # a fixed seed: the same file every run
+            kubectl_nodes.write(str(path), per_type, [8, 8, 8, 8, 6, 5, 4, 3, 0], fmt)
+        paths[fmt] = path
+    planner_only = OUT / f"large-{LARGE_NODES}-nodes-min.json"
+    if not planner_only.exists():
+        doc = json.loads(paths["json"].read_text())
+        keep = [
+            {"kind": "Node", "metadata": {k: i["metadata"][k] for k in ("name", "labels")}}
+            | {"status": {"allocatable": i["status"]["allocatable"]}}
+            for i in doc["items"]
+        ]
+        planner_only.write_text(json.dumps({"kind": "List", "items": keep}))
+        del doc, keep
+    out = []
+    for what, path in (*paths.items(), ("planner's fields only", planner_only)):
+        size = path.stat().st_size / 1e6
+        label = f"{LARGE_NODES:,} nodes, {count} req, {what} ({size:.0f} MB)"
+        args = ["plan", str(p), "--nodes", str(path), "-o", "json", "-q"]
+        m, res = measured([*CLI, *args])
+        problems = validate(str(p), str(paths["json"]), res)
+        if problems:
+            raise SystemExit(f"{label}: invalid answer: {problems[:3]}")
+        # CPU seconds too: on a shared machine they move less than the wall clock
+        row(label, "gpuplan", m.wall_s, m.peak_rss_mb, res, f"; {m.cpu_s:.1f} s CPU")
+        point = {
+            "case": label, "wall": m.wall_s, "cpu": m.cpu_s, "mb": m.peak_rss_mb,
+            "result": describe(res), "score": res.get("score"),
+        }  # fmt: skip
+        if base is not None and path != planner_only:
+            b, bres = measured([*baseline_cli("gpuplan.cli"), *args], base, base_timeout)
+            ratio = f"({b.wall_s / m.wall_s:.1f}x slower)" if bres is not None else "(timed out)"
+            same = "" if bres is None or bres.get("score") == res.get("score") else "  DIFFERENT SCORE"
+            cpu = f"; {b.cpu_s:.1f} s CPU  " if bres is not None else "  "
+            row("", f"before {READER_BASELINE}", b.wall_s, b.peak_rss_mb, bres, cpu + ratio + same)
+            point |= {"baseline_wall": b.wall_s, "baseline_mb": b.peak_rss_mb}
+            point |= {"baseline_cpu": b.cpu_s, "baseline_done": bres is not None}
+        out.append(point)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer points, no baseline, no brute force")
     ap.add_argument("--baseline-timeout", type=float, default=90.0)
+    ap.add_argument("--large-only", action="store_true", help="only the 65,000-node reading points")
     args = ap.parse_args()
+    if args.large_only:
+        print(HEAD)
+        rbase = None if args.quick else baseline_env(READER_BASELINE)
+        large_cluster(rbase, args.baseline_timeout)
+        return
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "points": []}
     base = None if args.quick else baseline_env()
     print(HEAD)
@@ -246,6 +315,10 @@ def main() -> None:
         for fill in (0.6, 0.9)
         for size in ((100, 1000) if args.quick else (100, 500, 1000, 2000))
     ]
+
+    print(f"\n{LARGE_NODES:,} nodes as kubectl writes them (conditions, addresses, nodeInfo, images):")
+    rbase = None if args.quick else baseline_env(READER_BASELINE)
+    results["large"] = large_cluster(rbase, args.baseline_timeout)
 
     print("\nre-plan after cordoning the busiest node (--previous):")
     results["replans"] = [

@@ -50,16 +50,21 @@ def _previous_from(doc: Any, where: str) -> Previous:
 
 def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previous | None]:
     """The snapshot from files (``--nodes``) or, read only, from the cluster; and the previous plan."""
+    from gpuplan.lists import NODE_FIELDS, POD_FIELDS, load_list
     from planner import snapshot
 
     previous = _previous_from(load(args.previous, "previous"), args.previous) if args.previous else None
     if args.nodes is not None:
-        pods = load(args.pods, "pods") if args.pods else None
+        pods = load_list(args.pods, "pods", POD_FIELDS) if args.pods else None
         slices = load(args.slices, "slices") if args.slices else None
         claims = load(args.claims, "claims") if args.claims else None
         topology = load(args.topology, "topology") if args.topology else None
         snap = snapshot(
-            load(args.nodes, "nodes"), pods, slices_doc=slices, claims_doc=claims, topology_doc=topology
+            load_list(args.nodes, "nodes", NODE_FIELDS),
+            pods,
+            slices_doc=slices,
+            claims_doc=claims,
+            topology_doc=topology,
         )
         return snap, previous
     for flag in ("pods", "slices", "claims", "topology"):

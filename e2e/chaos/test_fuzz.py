@@ -2,7 +2,8 @@
 the API server.
 
 - ``gpuplan plan``: exit 0 (a plan), 3 (no deployable plan) or 2 (invalid input) and nothing
-  else; on 2, exactly one line on stderr naming the field, and never a traceback. Most examples
+  else; on 2, exactly one line on stderr naming the field, and never a traceback. A manifest
+  that gives any key twice (block YAML, flow YAML or JSON) is exit 2, naming the key and lines. Most examples
   run ``gpuplan.cli.main`` in this process (the very function the ``gpuplan`` script exits
   with); a few run the script itself.
 - The API server: the CRD schema rejects the manifest naming the field, or the operator answers:
@@ -43,6 +44,8 @@ from e2e.support import (
     wait_for,
 )
 from gpuplan.cli import main as gpuplan_main
+from gpuplan.documents import quote
+from tests.duplicates import mappings, to_json, to_yaml, with_duplicate
 
 BASE = yaml.safe_load((REPO / "examples" / "image-fence.yaml").read_text())
 NODES = str(REPO / "examples" / "nodes.yaml")
@@ -146,6 +149,39 @@ def test_the_cli_answers_bad_plans_in_one_line() -> None:
         "fuzz: CLI", examples=sum(seen.values()), exit_codes={str(k): v for k, v in sorted(seen.items())}
     )
     assert seen.get(2, 0) >= 20, f"too few invalid manifests to say anything: {seen}"
+
+
+def run_text_in_process(text: str) -> tuple[int, str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "plan.yaml"
+        path.write_text(text)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = gpuplan_main(["plan", str(path), "--nodes", NODES, "-q", "--time-limit", "2"])
+        return code, err.getvalue()
+
+
+def test_the_cli_refuses_a_key_given_twice_in_one_line() -> None:
+    seen = [0]
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data())
+    def example(data: st.DataObject) -> None:
+        path = data.draw(st.sampled_from(mappings(BASE)), label="mapping")
+        target = BASE
+        for step in path:
+            target = target[step]
+        key = data.draw(st.sampled_from(sorted(target, key=str)), label="key")
+        twice = with_duplicate(BASE, path, key, data.draw(values), data.draw(st.integers(0, len(target))))
+        fmt = data.draw(st.sampled_from(["block", "flow", "json"]), label="format")
+        text = to_json(twice, 2) if fmt == "json" else to_yaml(twice, flow=fmt == "flow")
+        code, err = run_text_in_process(text)
+        check_cli(code, err)
+        assert code == 2 and f"mapping key {quote(key)} already defined at line " in err, err
+        seen[0] += 1
+
+    example()
+    Figures.record("fuzz: a key given twice", examples=seen[0])
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])

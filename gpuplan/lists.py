@@ -1,0 +1,348 @@
+"""Read large node and pod lists fast: only the fields the planner reads are kept.
+
+Notes
+-----
+A 65,000-node cluster written by ``kubectl get nodes -o json`` is a few hundred megabytes, most
+of it what the planner never reads (annotations, conditions, addresses, nodeInfo, images). Read
+whole, it costs seconds and a gigabyte from JSON, minutes and gigabytes from YAML (PyYAML builds
+a Python object with two position marks for every scalar). Here a list of at least
+:data:`LARGE` bytes is read one item at a time, and each item is cut down to :data:`NODE_FIELDS`
+or :data:`POD_FIELDS` (what :mod:`planner.read.parse` reads) before the next is read, so memory holds
+the text and the small items only. The result is the same document the generic reader
+(:mod:`gpuplan.documents`) gives, minus fields nobody reads: the planner parses it and names
+fields and indices exactly as before.
+
+- JSON: msgspec (C) cuts the list into items and decodes each.
+- YAML: rapidyaml (C++) parses the items a few thousand at a time (the items of a ``kind: List``
+  are the lines from one ``- `` at the left margin to the next) and writes them out as JSON for
+  msgspec. YAML 1.1 (PyYAML's reading, kept for compatibility) and JSON read a few plain
+  scalars differently (``yes``, ``~``, ``0x10``, dates, ``1e3``): an item whose kept fields hold
+  a string that PyYAML would read as something else unquoted, or any float, is read again by
+  PyYAML, so every value is PyYAML's.
+- A mapping key given twice anywhere in an item is found without a second parser: the item
+  written back by msgspec (one key each) has fewer colons than its text exactly when a key was
+  dropped (escaped colons, ``\\u003a``, send the whole file to the generic reader). The item is
+  then read by the generic reader, whose error names both lines. (One corner is compared as
+  written, not as YAML 1.1 reads it: two plain keys that are the same number or boolean spelled
+  two ways, ``1`` and ``0x1``, in a field of a large YAML list the planner does not read.)
+- Anything this reader does not expect goes to the generic reader: slower, never different.
+  Anchors, tags, tabs, several documents, a list not at the left margin, a file that is not
+  valid JSON; and YAML the two parsers read differently (a plain scalar starting with ``@``,
+  ``,``, ``]`` and the like, flow collections), found by a fuzz that types any text into a node.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from functools import cache, partial
+from typing import Any
+
+import msgspec
+import yaml
+
+from gpuplan.documents import DuplicateKey, UniqueKeyLoader, one, parse, read_bytes
+from planner import InvalidInput
+
+LARGE = 1 << 20  # bytes: below this the generic reader is as fast, and reads every field
+CHUNK = 2000  # YAML items parsed together: big enough to amortise a call, small in memory
+
+# What planner.read.parse reads of a Node (parse_nodes) and of a Pod (snapshot, pod_is_active,
+# pod_requests). None: the whole value; a dict: these keys of a mapping; a one-item list: each
+# element so. A value of another shape than expected is kept whole, for the planner to refuse.
+Fields = Mapping[str, Any] | list[Any] | None
+NODE_FIELDS: Fields = {
+    "kind": None,
+    "metadata": {"name": None, "labels": None},
+    "spec": {"taints": None, "unschedulable": None},
+    "status": {"allocatable": None},
+}
+_CONTAINERS = [{"resources": None}]
+POD_FIELDS: Fields = {
+    "kind": None,
+    "spec": {"nodeName": None, "containers": _CONTAINERS, "initContainers": _CONTAINERS},
+    "status": {"phase": None},
+}
+
+_DECODE = msgspec.json.Decoder()
+_ENCODE = msgspec.json.Encoder()
+_RAW_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
+_RAW_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ESCAPED_COLON = (b"\\u003a", b"\\u003A")
+
+
+class _Generic(Exception):
+    """This text is for the generic reader."""
+
+
+def prune(value: Any, fields: Fields) -> Any:
+    """``value`` with only ``fields`` kept (a value of another shape is kept whole)."""
+    if fields is None:
+        return value
+    if isinstance(fields, list):
+        return [prune(v, fields[0]) for v in value] if isinstance(value, list) else value
+    if not isinstance(value, dict):
+        return value
+    return {k: value[k] if sub is None else prune(value[k], sub) for k, sub in fields.items() if k in value}
+
+
+def _from_json(data: bytes, fields: Fields) -> dict[str, Any]:
+    """The top-level mapping with its items cut down. A key given twice anywhere: the values
+    written back (one key each) hold fewer colons, all told, than the text."""
+    try:
+        top = _RAW_TOP.decode(data)
+        raw_items = _RAW_ITEMS.decode(top.pop("items"))
+        rest = {k: _DECODE.decode(v) for k, v in top.items()}
+        # the top's own pairs: one colon each, and any in their keys
+        colons = len(top) + 1 + sum(k.count(":") for k in top)
+        colons += sum(_ENCODE.encode(v).count(b":") for v in rest.values())
+        items = []
+        for raw in raw_items:
+            whole = _DECODE.decode(raw)
+            colons += _ENCODE.encode(whole).count(b":")
+            items.append(prune(whole, fields))
+    except (msgspec.DecodeError, KeyError):
+        raise _Generic from None
+    if colons != data.count(b":"):
+        raise _Generic  # the generic reader names the key and its two lines
+    return rest | {"items": items}
+
+
+# --- YAML ---------------------------------------------------------------------------------
+
+_ITEMS = re.compile(rb"^items:[ \t]*\r?\n", re.M)
+_AFTER_ITEMS = re.compile(rb"\n[^-#\s]")  # the first top-level key after the list
+_ITEM_START = re.compile(rb"\n-(?=[ \t\r\n])")
+# documents, anchors, aliases, tags, merges; and tabs, which the two parsers treat differently
+_NOT_PLAIN = (b"\n---", b"\n...", b"\n%", b"&", b"*", b"!", b"<<", b"\t")
+_STR = "tag:yaml.org,2002:str"
+
+
+@cache
+def _plain_is_str(text: str) -> bool:
+    """Whether PyYAML reads ``text``, unquoted, as this same string."""
+    return bool(UniqueKeyLoader.resolve(UniqueKeyLoader, yaml.ScalarNode, text, (True, False)) == _STR)
+
+
+@cache
+def _json_literal(text: str) -> bool:
+    """Whether ``text`` is a JSON number, true, false or null (written unquoted if it was plain)."""
+    try:
+        return not isinstance(_DECODE.decode(text), str)
+    except msgspec.DecodeError:
+        return False
+
+
+def _yaml_reads_the_same(item: Any) -> bool:
+    """Whether PyYAML reads the kept fields of an item as the JSON written from its YAML does.
+
+    A string was quoted in the YAML, or plain and not a JSON literal: PyYAML agrees unless it
+    reads the plain text as something else (``yes``, ``~``, a date). A key is always quoted in
+    JSON, so there the plain reading alone decides. A float may have been ``1e3`` (a string to
+    PyYAML); true, false, null and integers read the same in both."""
+    kind = type(item)
+    if kind is dict:
+        if not _OK_KEYS.issuperset(item) and not all(map(_key_ok, item)):
+            return False
+        values: Iterable[Any] = item.values()
+    elif kind is list:
+        values = item
+    else:
+        return _yaml_reads_the_same_scalar(item)
+    for value in values:  # a loop, not a recursion per scalar: most values are strings seen before
+        kind = type(value)
+        if kind is str:
+            if value not in _OK_VALUES and not _value_ok(value):
+                return False
+        elif kind is dict or kind is list:
+            if not _yaml_reads_the_same(value):
+                return False
+        elif kind is float:
+            return False
+    return True
+
+
+def _yaml_reads_the_same_scalar(value: Any) -> bool:
+    if isinstance(value, str):
+        return value in _OK_VALUES or _value_ok(value)
+    return not isinstance(value, float)
+
+
+# strings known to read the same (only strings: 1.0 == True would let a float through)
+_OK_KEYS: set[str] = set()
+_OK_VALUES: set[str] = set()
+
+
+def _key_ok(key: str) -> bool:
+    if _plain_is_str(key):
+        _OK_KEYS.add(key)
+        return True
+    return False
+
+
+def _value_ok(value: str) -> bool:
+    if _plain_is_str(value) or _json_literal(value):
+        _OK_VALUES.add(value)
+        return True
+    return False
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """rapidyaml writes its parse errors to the process's stderr (file descriptor 2) before it
+    raises; the command's one line of error is the generic reader's, so those go nowhere."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+# A plain scalar starting (after a space, a line's start or a bracket) with a character YAML
+# forbids or reads otherwise there (@, a backquote, ], }, a comma, %, :, ?), or a flow collection
+# other than [] and {}: there the two parsers part ways (PyYAML refuses `zone: @x`, rapidyaml
+# reads it) and kubectl writes neither. Found in C: each byte mapped to its role (1: may come
+# before a scalar, 2: may not start one, 3: both), then four two-byte searches.
+_ROLES = bytes(
+    3 if chr(b) in ",[{" else 1 if chr(b) in " \n\r" else 2 if chr(b) in "@`]}%:?" else 0 for b in range(256)
+)
+_RESERVED_PAIRS = (b"\x01\x02", b"\x01\x03", b"\x03\x02", b"\x03\x03")
+
+
+def _reserved_start(text: bytes) -> bool:
+    """Whether such a start occurs in ``text``: the ``@`` of ``repo@sha256:...`` does not count;
+    a quoted string that happens to hold ``a @b`` sends the file to the generic reader, slower
+    but the same."""
+    roles = text.replace(b"[]", b"..").replace(b"{}", b"..").translate(_ROLES)
+    return any(pair in roles for pair in _RESERVED_PAIRS)
+
+
+def _items_region(data: bytes) -> tuple[int, int, int]:
+    """Where the items of a top-level ``items:`` block sequence at the left margin start and end."""
+    found = _ITEMS.search(data)
+    if found is None or data.startswith((b"---", b"...", b"%")) or any(c in data for c in _NOT_PLAIN):
+        raise _Generic  # anchors, aliases, tags, merges or documents: the generic reader
+    start = found.end()
+    if not data.startswith(b"-", start):
+        raise _Generic
+    after = _AFTER_ITEMS.search(data, start)
+    return found.start(), start, after.start() + 1 if after else len(data)
+
+
+def _chunks(starts: list[int], end: int) -> Iterator[tuple[int, int, list[int]]]:
+    for i in range(0, len(starts), CHUNK):
+        group = starts[i : i + CHUNK]
+        stop = starts[i + CHUNK] if i + CHUNK < len(starts) else end
+        yield group[0], stop, group
+
+
+def _pyyaml(text: bytes, lines: Callable[[], int], source: str, what: str) -> Any:
+    """The one document of ``text`` as PyYAML reads it; a key given twice is refused naming its
+    lines in the file (``text`` starts ``lines`` lines down); anything else odd is for the
+    generic reader."""
+    try:
+        docs = list(yaml.load_all(text.decode("utf-8"), Loader=UniqueKeyLoader))
+    except DuplicateKey as e:
+        raise InvalidInput(what, f"{source}: {e.shifted(lines())}") from None
+    except (yaml.YAMLError, UnicodeDecodeError):
+        raise _Generic from None
+    if len(docs) != 1:
+        raise _Generic
+    return docs[0]
+
+
+def _one_yaml_item(data: bytes, start: int, stop: int, source: str, what: str) -> Any:
+    """One item (``- ...`` at the left margin) read by PyYAML."""
+    doc = _pyyaml(data[start:stop], lambda: data.count(b"\n", 0, start), source, what)
+    if not isinstance(doc, list) or len(doc) != 1:
+        raise _Generic
+    return doc[0]
+
+
+def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str, Any]:
+    import ryml  # rapidyaml: only for large YAML lists
+
+    begin, start, end = _items_region(data)
+    try:
+        head = yaml.load(data[:begin] + b"items: []\n" + data[end:], Loader=UniqueKeyLoader)
+    except (yaml.YAMLError, DuplicateKey):
+        raise _Generic from None  # the generic reader says where
+    if not isinstance(head, dict):
+        raise _Generic
+    starts = [start] + [m.start() + 1 for m in _ITEM_START.finditer(data, start, end)]
+    tree = ryml.Tree()
+    out = bytearray()
+    items: list[Any] = []
+    for first, stop, group in _chunks(starts, end):
+        chunk = data[first:stop]
+        if _reserved_start(chunk):  # these few thousand items by PyYAML, as the generic reader would
+            doc = _pyyaml(chunk, partial(data.count, b"\n", 0, first), source, what)
+            if not isinstance(doc, list) or len(doc) != len(group):
+                raise _Generic
+            items += [prune(item, fields) for item in doc]
+            continue
+        try:
+            tree.clear()
+            tree.clear_arena()
+            with _quiet_stderr():
+                ryml.parse_in_arena(chunk, tree=tree)
+            root = tree.root_id()
+            if not tree.is_seq(root) or tree.num_children(root) != len(group):
+                raise _Generic
+            if len(out) < 3 * len(chunk):
+                out = bytearray(3 * len(chunk))
+            try:  # written into one buffer kept across chunks: no second pass to size it
+                text = bytes(ryml.emit_json_in_place(tree, out))
+            except IndexError:  # JSON larger than thrice the YAML: let it size the buffer
+                text = ryml.emit_json(tree).encode("utf-8")
+            raws = _RAW_ITEMS.decode(text)
+            wholes = [_DECODE.decode(raw) for raw in raws]
+        except (ryml.ExceptionParse, ryml.ExceptionBasic, msgspec.DecodeError, UnicodeError):
+            raise _Generic from None
+        if len(raws) != len(group):
+            raise _Generic
+        twice = sum(_ENCODE.encode(w).count(b":") for w in wholes) != text.count(b":")
+        ends = [*group[1:], stop]
+        for raw, whole, item_start, item_end in zip(raws, wholes, group, ends, strict=True):
+            item = prune(whole, fields)
+            if (twice and _ENCODE.encode(whole).count(b":") != bytes(raw).count(b":")) or not (
+                _yaml_reads_the_same(item)
+            ):  # a key given twice (PyYAML names its lines), or a value PyYAML reads otherwise
+                item = prune(_one_yaml_item(data, item_start, item_end, source, what), fields)
+            items.append(item)
+    return head | {"items": items}
+
+
+def load_list(path: str, what: str, fields: Fields) -> Any:
+    """:func:`gpuplan.documents.load` for a node or pod list: ``path`` (``-``: standard input)."""
+    return read_list(read_bytes(path, what), "standard input" if path == "-" else path, what, fields)
+
+
+def read_list(data: bytes, source: str, what: str, fields: Fields) -> Any:
+    """The list in ``data`` with each item cut down to ``fields``; read by the generic reader
+    when the file is small or not what this reader expects (then cut down all the same)."""
+    if len(data) >= LARGE:
+        try:
+            if data.lstrip()[:1] == b"{":
+                if any(e in data for e in _ESCAPED_COLON):
+                    raise _Generic
+                return _from_json(data, fields)
+            return _from_yaml(data, source, what, fields)
+        except _Generic:
+            pass
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(what, f"{source}: not UTF-8 text") from None
+    doc = one(parse(text, source, what), source, what)
+    if isinstance(doc, dict) and isinstance(doc.get("items"), list):  # the same answer, cut down
+        return doc | {"items": [prune(item, fields) for item in doc["items"]]}
+    return doc

@@ -1,0 +1,308 @@
+"""The fast reader of large node and pod lists gives the generic reader's answer, cut down.
+
+Every test here lowers :data:`gpuplan.lists.LARGE` to 0 (and the YAML chunk to a few items), so
+small documents take the fast path; the answer must equal the generic reader's document with
+each item pruned to the fields the planner reads, and so the same snapshot or the same error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuplan import lists
+from gpuplan.documents import load
+from gpuplan.lists import NODE_FIELDS, POD_FIELDS, prune, read_list
+from planner.base.errors import InvalidInput
+from planner.read.parse import snapshot
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+import kubectl_nodes  # noqa: E402
+
+# strings YAML 1.1 (PyYAML) and JSON read differently when unquoted, and some that only look so
+TRICKY = ["yes", "No", "on", "True", "true", "~", "null", "Null", "", "0x10", "010", "1_000", "1e3",
+          "1.5", "8", "-0", "+5", ".inf", "NaN", "2024-01-01", "=", "a: b", "#x", "- x", "x\ny", "é", "'q'", '"d"']  # fmt: skip
+scalars = (
+    st.sampled_from(TRICKY)
+    | st.text(max_size=6)
+    | st.integers(-5, 10**6)
+    | st.booleans()
+    | st.none()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.dates()
+)
+keys = st.sampled_from(TRICKY) | st.text(max_size=6)
+node = st.fixed_dictionaries(
+    {
+        "apiVersion": st.just("v1"),
+        "kind": st.sampled_from(["Node", "Node", "Node", "Other"]),
+        "metadata": st.fixed_dictionaries(
+            {
+                "name": st.text(min_size=1, max_size=8) | scalars,
+                "labels": st.dictionaries(keys, scalars, max_size=4),
+                "annotations": st.dictionaries(keys, scalars, max_size=2),
+            }
+        ),
+        "spec": st.fixed_dictionaries(
+            {},
+            optional={
+                "unschedulable": scalars,
+                "taints": st.lists(
+                    st.dictionaries(st.sampled_from(["key", "value", "effect"]), scalars), max_size=2
+                ),
+            },
+        ),
+        "status": st.fixed_dictionaries(
+            {
+                "allocatable": st.dictionaries(
+                    st.sampled_from(["cpu", "nvidia.com/gpu", "pods"]) | keys, scalars, max_size=3
+                ),
+                "conditions": st.lists(st.dictionaries(keys, scalars, max_size=2), max_size=2),
+            }
+        ),
+    }
+)
+container = st.fixed_dictionaries(
+    {
+        "name": st.text(max_size=4),
+        "resources": st.dictionaries(
+            st.sampled_from(["limits", "requests"]), st.dictionaries(keys, scalars, max_size=2)
+        ),
+    }
+)
+pod = st.fixed_dictionaries(
+    {
+        "kind": st.just("Pod"),
+        "metadata": st.fixed_dictionaries({"name": st.text(max_size=5)}),
+        "spec": st.fixed_dictionaries(
+            {
+                "nodeName": st.sampled_from(["n0", "n1", "8"]) | scalars,
+                "containers": st.lists(container, max_size=2),
+            },
+            optional={"initContainers": st.lists(container, max_size=1)},
+        ),
+        "status": st.fixed_dictionaries(
+            {"phase": st.sampled_from(["Running", "Succeeded", "Pending"]) | scalars}
+        ),
+    }
+)
+
+
+@pytest.fixture(autouse=True)
+def every_list_is_large(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(lists, "LARGE", 0)
+    monkeypatch.setattr(lists, "CHUNK", 3)
+    yield
+
+
+def write(doc: Any, fmt: str) -> bytes:
+    if fmt == "yaml":
+        return yaml.safe_dump(doc, allow_unicode=True).encode()
+    return json.dumps(doc, indent=4 if fmt == "json" else None, default=str).encode()
+
+
+def expected(data: bytes, fields: Any) -> Any:
+    whole = load_text(data)
+    return {**whole, "items": [prune(i, fields) for i in whole["items"]]}
+
+
+def load_text(data: bytes) -> Any:
+    from gpuplan.documents import one, parse
+
+    return one(parse(data.decode(), "f", "nodes"), "f", "nodes")
+
+
+def outcome(doc: Any, what: str) -> Any:
+    try:
+        return snapshot(doc) if what == "nodes" else snapshot({"kind": "List", "items": []}, doc)
+    except InvalidInput as e:
+        return str(e)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(items=st.lists(node, min_size=1, max_size=7), fmt=st.sampled_from(["yaml", "json", "compact"]))
+def test_a_node_list_reads_as_the_generic_reader_reads_it(items: list[Any], fmt: str) -> None:
+    data = write(
+        {"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}}, fmt
+    )
+    fast = read_list(data, "f", "nodes", NODE_FIELDS)
+    assert fast == expected(data, NODE_FIELDS)
+    assert outcome(fast, "nodes") == outcome(load_text(data), "nodes")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(items=st.lists(pod, min_size=1, max_size=6), fmt=st.sampled_from(["yaml", "json"]))
+def test_a_pod_list_reads_as_the_generic_reader_reads_it(items: list[Any], fmt: str) -> None:
+    data = write({"apiVersion": "v1", "items": items, "kind": "List"}, fmt)
+    fast = read_list(data, "f", "pods", POD_FIELDS)
+    assert fast == expected(data, POD_FIELDS)
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_kubectl_nodes_and_the_examples_read_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    path = tmp_path / f"nodes.{fmt}"
+    kubectl_nodes.write(str(path), {"P4": 5, "T4": 4}, [0, 3, 8], fmt)
+    data = path.read_bytes()
+    with monkeypatch.context() as m:  # kubectl's output never needs the generic reader
+
+        def generic(*args: Any) -> Any:
+            raise AssertionError("read by the generic reader")
+
+        m.setattr(lists, "one", generic)
+        fast = read_list(data, "f", "nodes", NODE_FIELDS)
+    assert fast == expected(data, NODE_FIELDS)
+    assert len(fast["items"]) == 9 and "images" not in json.dumps(fast)
+    for name, fields in (("nodes", NODE_FIELDS), ("pods", POD_FIELDS)):
+        example = (REPO / "examples" / f"{name}.yaml").read_bytes()
+        assert read_list(example, "f", name, fields) == expected(example, fields)
+
+
+NODES_YAML = """\
+apiVersion: v1
+items:
+- kind: Node
+  metadata: {name: a}
+- kind: Node
+  metadata:
+    name: b
+    labels:
+      gpu: P4
+      zone: z1
+      gpu: T4
+- kind: Node
+  metadata: {name: c}
+kind: List
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            NODES_YAML,
+            'nodes: f: line 11: mapping key "gpu" already defined at line 9',
+            id="in YAML, a label given twice in the second item names its lines in the file",
+        ),
+        pytest.param(
+            NODES_YAML.replace("    name: b\n", "    name: b\n    images: {x: 1, x: 2}\n"),
+            'nodes: f: line 8: mapping key "x" already defined at line 8',
+            id="in YAML, a key given twice in a field the planner never reads is refused too",
+        ),
+        pytest.param(
+            NODES_YAML.replace("kind: List\n", "kind: List\nkind: NodeList\n"),
+            'nodes: f: line 15: mapping key "kind" already defined at line 14',
+            id="in YAML, the list's own kind given twice is refused",
+        ),
+        pytest.param(
+            json.dumps({"items": [{"kind": "Node", "metadata": {"name": "a"}}]}, indent=2).replace(
+                '"name": "a"', '"name": "a",\n "name": "b"'
+            ),
+            'nodes: f: line 7: mapping key "name" already defined at line 6',
+            id="in JSON, a node's name given twice is refused",
+        ),
+        pytest.param(
+            '{"items": [],\n "items": [{"kind": "Node"}]}',
+            'nodes: f: line 2: mapping key "items" already defined at line 1',
+            id="in JSON, the items given twice are refused",
+        ),
+    ],
+)
+def test_a_key_given_twice_is_refused_by_the_fast_reader(text: str, message: str) -> None:
+    with pytest.raises(InvalidInput) as e:
+        read_list(text.encode(), "f", "nodes", NODE_FIELDS)
+    assert str(e.value) == message
+
+
+NODES_OK = NODES_YAML.replace("      gpu: T4\n", "")
+INDENTED = """\
+items:
+  - kind: Node
+    metadata: {name: a}
+  - kind: Node
+    metadata: {name: b}
+kind: List
+"""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(NODES_OK + "x: &a 1\ny: *a\n", id="anchors and aliases"),
+        pytest.param("---\n" + NODES_OK, id="a document marker"),
+        pytest.param(INDENTED, id="items indented under their key"),
+        pytest.param(NODES_OK.replace("zone: z1", "zone: !!str z1"), id="a tag"),
+        pytest.param(
+            NODES_OK.replace("zone: z1", 'zone: "a\n- kind: Node\n  b"'),
+            id="a quoted string with a line that looks like an item",
+        ),
+    ],
+)
+def test_what_the_fast_reader_does_not_expect_goes_to_the_generic_reader(text: str) -> None:
+    data = text.encode()
+    assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
+
+
+def test_a_small_list_is_read_by_the_generic_reader_and_cut_down(tmp_path: Path) -> None:
+    lists.LARGE = 1 << 20
+    data = NODES_OK.encode()
+    labels = read_list(data, "f", "nodes", NODE_FIELDS)["items"][1]["metadata"]["labels"]
+    assert labels == {"gpu": "P4", "zone": "z1"}
+    assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
+    (tmp_path / "nodes.yaml").write_bytes(data)
+    assert load(str(tmp_path / "nodes.yaml"), "nodes") == load_text(data)
+
+
+def test_json_written_longer_than_thrice_its_yaml_is_still_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = ("items:\n" + "- a:\n  b:\n" * 5 + "kind: List\n").encode()
+    monkeypatch.setattr(lists, "one", lambda *args: pytest.fail("read by the generic reader"))
+    assert read_list(data, "f", "nodes", NODE_FIELDS) == {"kind": "List", "items": [{}] * 5}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(NODES_OK.replace("zone: z1", "zone: @z1"), id="a scalar starting with the reserved @"),
+        pytest.param(NODES_OK.replace("zone: z1", "zone: a: b"), id="two colons on one line"),
+        pytest.param(NODES_OK.replace("zone: z1", "zone: [z1"), id="an unclosed bracket"),
+    ],
+)
+def test_yaml_the_generic_reader_refuses_is_refused_in_one_line_and_nothing_else(
+    capfd: pytest.CaptureFixture[str], text: str
+) -> None:
+    with pytest.raises(InvalidInput) as fast:
+        read_list(text.encode(), "f", "nodes", NODE_FIELDS)
+    with pytest.raises(InvalidInput) as generic:
+        load_text(text.encode())
+    assert str(fast.value) == str(generic.value)
+    assert capfd.readouterr().err == ""  # rapidyaml's own error report goes nowhere
+
+
+def read_or_refuse(read: Any) -> Any:
+    try:
+        return read()
+    except InvalidInput as e:
+        return str(e)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    raw=st.text(alphabet="ab1: -#'\"@`!&*|>{}[],?%~.\\\n\t\ré", max_size=12),
+    where=st.sampled_from(["zone: {}", "{}: z1", "zone: [{}]", "zone: {{a: {}}}", "zone:\n        {}"]),
+)
+def test_any_text_typed_into_a_node_reads_or_fails_as_the_generic_reader(raw: str, where: str) -> None:
+    """Text as a person may type it into a node (a value, a key, in brackets, on the next line):
+    valid YAML or not, the same answer."""
+    data = NODES_OK.replace("zone: z1", where.format(raw)).encode()
+    fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS))
