@@ -126,8 +126,9 @@ def _why_not_lines(
 
 
 def why_not(result: PlanResult, budget: float = 10.0) -> dict[tuple[str, str], tuple[str, ...]]:
-    """Per request (operator, resource): why it did not get a better split, as :func:`explain`
-    says it (the page of :mod:`planner.output.view` shows these beside each request's split)."""
+    """Per request (operator, resource): which of its instances straddle domains and why, and why
+    it did not get a better split, as :func:`explain` says it (the page of
+    :mod:`planner.output.view` shows these beside each request's split)."""
     deadline = time.monotonic() + budget
     allocations = result.allocations if result.feasible else result.partial
     by_key = {(a.operator, a.resource): a for a in allocations}
@@ -138,7 +139,15 @@ def why_not(result: PlanResult, budget: float = 10.0) -> dict[tuple[str, str], t
         for item in problem.items:
             a = by_key.get((item.request.operator, name))
             if a is not None and a.term is not None:
-                out[item.request.operator, name] = tuple(_why_not_lines(problem, item, a, total, deadline))
+                straddles = [
+                    line.strip()
+                    for line in _device_lines(problem, item, a, result.optimal)
+                    if "straddles" in line
+                ]
+                out[item.request.operator, name] = (
+                    *straddles,
+                    *_why_not_lines(problem, item, a, total, deadline),
+                )
     return out
 
 
