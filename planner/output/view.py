@@ -409,7 +409,13 @@ def _device_row(node: Node, type_: str, attribute: str, here: _Placed | None) ->
         else:
             parts.append(Part(FOREIGN, 1, title=f"{d.name}: held by a claim", device=d.name, domain=domain))
             foreign += 1
-    return Row(node.name, type_, tuple(parts), len(node.devices), free, foreign, node.unschedulable)
+    for colour, ident, cards, title, straddles in here.counted if here else ():
+        # an instance whose devices were not recorded (a status written before the node's GPUs
+        # were published one by one): drawn after the domains, so it is not lost
+        parts.append(Part("instance", cards, colour, ident, title + " (devices not recorded)", straddles))
+        planned += cards
+    over = max(0, planned - len(node.devices))
+    return Row(node.name, type_, tuple(parts), len(node.devices), free, foreign, node.unschedulable, over)
 
 
 def build_view(plans: Sequence[Shown], snap: Snapshot, title: str | None = None) -> View:
