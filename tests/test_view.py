@@ -178,9 +178,15 @@ def test_cli_writes_the_page_and_status_html_needs_a_name(
 
 
 def test_an_instance_without_recorded_devices_on_a_dra_node_is_still_drawn_once() -> None:
-    spec = parse_plan(plan_doc({"big": {"P4": 4}}, operators=[operator("big", "machine")], resources=[{"name": "P4"}]))
+    spec = parse_plan(
+        plan_doc({"big": {"P4": 4}}, operators=[operator("big", "machine")], resources=[{"name": "P4"}])
+    )
     snap = snapshot(gpu_nodes(["n0"]), slices_doc=slices({"n0": [4, 4]}))
-    status = {"allocations": [{"operator": "big", "resource": "P4", "instances": 1, "unitsPerInstance": 4, "nodes": {"n0": 1}}]}
+    status = {
+        "allocations": [
+            {"operator": "big", "resource": "P4", "instances": 1, "unitsPerInstance": 4, "nodes": {"n0": 1}}
+        ]
+    }
     shown = shown_status("default", "test", status, read_allocations(status["allocations"]), spec)
     view = build_view([shown], snap)
     assert list(drawn(view).values()) == [("n0", 4, ())]
