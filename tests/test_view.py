@@ -7,6 +7,7 @@ against the planner's own result, without a browser.
 from __future__ import annotations
 
 from collections import Counter
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ from tests.test_topology import claims, gpu_nodes, operator, slices
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
+@cache
 def sample() -> tuple[Any, Snapshot, PlanResult]:
+    """The sample plan, planned once for the module (values are frozen: sharing them is safe)."""
     spec = parse_plan(yaml.safe_load((EXAMPLES / "image-fence.yaml").read_text()))
     snap = snapshot(
         yaml.safe_load((EXAMPLES / "nodes.yaml").read_text()),

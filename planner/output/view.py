@@ -56,6 +56,7 @@ class RequestRow:
     nodes: int  # nodes its instances run on
     term: str
     notes: tuple[str, ...] = ()  # why not a better split, from the explanation
+    explained: bool = False  # notes were asked for (a plan made here), so none means none
     elastic: str | None = None  # "6 of 8 cards: <why below max>" when the request is a range
 
 
@@ -86,7 +87,7 @@ class Shown:
 
 
 def _rows(
-    allocations: Iterable[Allocation], notes: Mapping[tuple[str, str], Sequence[str]]
+    allocations: Iterable[Allocation], notes: Mapping[tuple[str, str], Sequence[str]], explained: bool
 ) -> list[RequestRow]:
     return [
         RequestRow(
@@ -98,6 +99,7 @@ def _rows(
             nodes=len(a.nodes),
             term=_num(a.term),
             notes=tuple(notes.get((a.operator, a.resource), ())),
+            explained=explained,
         )
         for a in allocations
     ]
@@ -138,7 +140,7 @@ def shown_result(
         score=_num(result.score),
         proof=proof,
         message=result.reason,
-        requests=tuple(_rows(allocations, notes or {})),
+        requests=tuple(_rows(allocations, notes or {}, notes is not None)),
         types=tuple(types),
         warnings=result.warnings + tuple(f"conflict {c.resource}: {c.detail}" for c in result.conflicts),
     )
@@ -173,7 +175,7 @@ def shown_status(
         if isinstance(e, Mapping)
     }
     rows = []
-    for row in _rows(allocations, {}):
+    for row in _rows(allocations, {}, False):
         e = elastic.get((row.operator, row.resource))
         if e is not None:
             text = f"{e.get('cards', row.cards)} of {e.get('max', '?')} cards"
