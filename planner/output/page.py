@@ -5,9 +5,11 @@ Notes
 The page must open from a file, on a machine with no network, and from the operator's metrics
 port behind a port-forward: so no outside fonts, scripts or style sheets, only inline CSS and a
 little inline JavaScript. It must also open fast at 5,000 nodes: a group of identical nodes is
-drawn once and its member rows sit in an inert ``<template>`` (parsed, never laid out) until the
-reader opens the group. The only input is a :class:`~planner.output.view.View`; reading the
-template from the installed package is the one I/O here.
+drawn once, and its nodes are kept as JSON (name, instance ids, devices) that a short script turns
+into rows, copies of the drawn one, when the reader opens the group. Off-screen chunks of rows
+are neither laid out nor painted (``content-visibility``) until scrolled to. The only input is a
+:class:`~planner.output.view.View`; reading the template from the installed package is the one
+I/O here.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from planner.output.view import Part, Row, View
+from planner.output.view import Group, Part, Row, View
 
 TEMPLATE = "plan.html.j2"
 
@@ -31,6 +33,19 @@ def _domains(row: Row) -> list[tuple[str | None, list[Part]]]:
         else:
             runs.append((part.domain, [part]))
     return runs
+
+
+def _members(group: Group) -> list[tuple[str, list[str], list[str]]]:
+    """Each node of a group: its name, its instance ids and (devices known one by one) its device
+    names, in the order of the group's drawn row (identical rows: the parts line up)."""
+    return [
+        (
+            row.node,
+            [p.instance for p in row.parts if p.kind == "instance"],
+            [p.device for p in row.parts if p.device],
+        )
+        for row in group.rows
+    ]
 
 
 def _hue(colour: int) -> str:
@@ -53,7 +68,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.globals.update(domains=_domains, hue=_hue, bars=_bars)
+    env.globals.update(domains=_domains, hue=_hue, bars=_bars, members=_members)
     return env
 
 

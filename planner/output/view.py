@@ -293,6 +293,21 @@ class View:
     def _colours(self) -> dict[tuple[str, str], int]:
         return {(e.plan, e.operator): e.colour for e in self.legend}
 
+    def instance_info(self) -> dict[str, tuple[str, str, str, int, int]]:
+        """Per request drawn ("plan-index:operator/resource", the prefix of its instance ids): plan,
+        operator, resource, instances and cards each; the page's script writes tooltips from it."""
+        out = {}
+        for index, plan in enumerate(self.plans):
+            for a in plan.allocations:
+                out[f"{index}:{a.operator}/{a.resource}"] = (
+                    plan.key,
+                    a.operator,
+                    a.resource,
+                    a.instances,
+                    a.units,
+                )
+        return out
+
     def colour_of(self, plan: str, operator: str) -> int | None:
         """The legend colour of a plan's service (None: not drawn, such as CPU cores only)."""
         return self._colours.get((plan, operator))

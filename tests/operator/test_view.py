@@ -14,6 +14,7 @@ from gpuplan_operator.body import PlanBody
 from gpuplan_operator.view import CachedPage, ClusterRead, page, with_view
 
 from planner import parse_plan, plan, snapshot
+from tests.test_view import instance_ids
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -32,7 +33,8 @@ def test_the_page_draws_every_instance_of_the_plans_status() -> None:
     read = cluster()
     html = page(read)
     instances = sum(a["instances"] for a in read.plans[0].status["allocations"])
-    assert html.count('data-i="') == instances
+    assert sorted(instance_ids(html)) == sorted(set(instance_ids(html)))
+    assert len(instance_ids(html)) == instances
     assert 'data-plan="ragnaros/image-fence"' in html and "Applied" in html
 
 
@@ -47,7 +49,7 @@ def test_one_plans_page_counts_the_other_plans_cards_as_held() -> None:
     html = page(ClusterRead(read.nodes, read.pods, (holder, empty)), only=["x/other"])
     assert 'data-plan="ragnaros/image-fence"' not in html and 'data-i="' not in html
     assert '<div class="row" data-node="p4-000" data-free="0">' in html  # image-fence's 8 cards: held
-    assert '<div class="row" data-node="p4-001" data-free="8">' in html
+    assert '<details class="group" data-count="3" data-type="P4" data-free="8">' in html  # p4-001..003
 
 
 def call(app: Callable[..., Iterable[bytes]], path: str, method: str = "GET") -> tuple[str, bytes]:

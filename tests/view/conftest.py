@@ -36,9 +36,17 @@ def out_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[webdriver.Chrome]:
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    """Chromium at a raised CPU priority where allowed (root, as in CI): the load times measured
+    are the page's, not those of whatever else shares the machine's cores."""
     options = webdriver.ChromeOptions()
-    options.binary_location = _find("chromium", "chromium-browser")
+    chromium = _find("chromium", "chromium-browser")
+    if os.geteuid() == 0:
+        wrapper = tmp_path_factory.mktemp("browser") / "chromium"
+        wrapper.write_text(f'#!/bin/sh\nexec nice -n -10 {chromium} "$@"\n')
+        wrapper.chmod(0o755)
+        chromium = str(wrapper)
+    options.binary_location = chromium
     for arg in (
         "--headless=new",
         "--no-sandbox",
