@@ -202,3 +202,26 @@ def test_an_instance_without_recorded_devices_on_a_dra_node_is_still_drawn_once(
     shown = shown_status("default", "test", status, read_allocations(status["allocations"]), spec)
     view = build_view([shown], snap)
     assert list(drawn(view).values()) == [("n0", 4, ())]
+
+
+def test_priority_admission_and_elastic_cards_show_when_a_status_has_them() -> None:
+    spec, snap, result = sample()
+    status = result.to_json() | {
+        "admitted": False,
+        "elastic": [
+            {
+                "operator": "face_1vn",
+                "resource": "P4",
+                "cards": 8,
+                "max": 16,
+                "reason": "x/prod holds the cards",
+            }
+        ],
+    }
+    shown = shown_status(
+        "ragnaros", "image-fence", status, read_allocations(status["allocations"]), spec, {"priority": 5}
+    )
+    page = render_page(build_view([shown], snap))
+    assert "priority 5" in page and "not admitted" in page
+    assert "8 of 16 cards: x/prod holds the cards" in page
+    assert "not explained here" in page  # a status carries no explanation: the page does not invent one

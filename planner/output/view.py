@@ -23,7 +23,7 @@ The page itself is drawn by :mod:`planner.output.page`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
 from typing import Any
@@ -179,9 +179,7 @@ def shown_status(
         e = elastic.get((row.operator, row.resource))
         if e is not None:
             text = f"{e.get('cards', row.cards)} of {e.get('max', '?')} cards"
-            row = RequestRow(
-                **{**row.__dict__, "elastic": text + (f": {e['reason']}" if e.get("reason") else "")}
-            )
+            row = replace(row, elastic=text + (f": {e['reason']}" if e.get("reason") else ""))
         rows.append(row)
     return Shown(
         namespace=namespace,
