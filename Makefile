@@ -7,7 +7,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test unit e2e chaos lint bench bench-planner bench-operator bench-loadtest golden helm \
+.PHONY: help install test unit view e2e chaos lint bench bench-planner bench-operator bench-loadtest golden helm \
 	image cluster-up cluster-down demo clean
 
 help: ## list the targets
@@ -20,10 +20,13 @@ $(BIN)/python:
 install: $(BIN)/python ## create .venv and install gpuplan with its test and lint tools
 	$(BIN)/pip install -q -e '.[operator,loadtest,test,lint]'
 
-test: unit e2e chaos ## run every test: unit, property, loadtest, chart, then e2e and the fault suite on the local cluster
+test: unit view e2e chaos ## run every test: unit, property, loadtest, chart, the plan page in a browser, then e2e and the fault suite on the local cluster
 
 unit: ## unit and property tests (no cluster needed)
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q tests --ignore=tests/view
+
+view: ## the plan page in headless Chromium: sample, DRA and 5,000-node pages (bash hack/install-browser.sh first)
+	$(BIN)/pytest -q tests/view
 
 e2e: ## end-to-end tests against a real local control plane (starts it; clears the demo first)
 	bash hack/cluster-up.sh

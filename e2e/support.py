@@ -365,6 +365,22 @@ def with_metrics(operator: OperatorProcess) -> str:
     return url
 
 
+def with_view(operator: OperatorProcess) -> str:
+    """The operator's ``/view`` URL; (re)starts it with ``--view`` and a metrics port when off.
+
+    As with :func:`with_metrics`, later tests find it running so (the view changes nothing the
+    operator writes: it only reads).
+    """
+    if "--view" not in operator.extra_args or operator.metrics_url is None or operator.exited() is not None:
+        operator.stop()
+        if "--view" not in operator.extra_args:
+            operator.extra_args += ("--view",)
+        operator.start(extra_env={METRICS_PORT_ENV: str(free_port())})
+    with_metrics(operator)
+    assert operator.metrics_url is not None
+    return operator.metrics_url.rsplit("/", 1)[0] + "/view"
+
+
 def settled_reconciles(url: str, before: Samples, reason: str) -> Callable[[], Samples | None]:
     """A probe: a reconcile for ``reason`` started since ``before``, and every started one ended."""
 

@@ -23,7 +23,7 @@ from planner import InvalidInput
 if TYPE_CHECKING:
     from planner import PlanSpec, Previous, Snapshot
 
-FORMATS = ("text", "json", "yaml", "values", "manifests")
+FORMATS = ("text", "json", "yaml", "values", "manifests", "html")
 EXIT_PLAN, EXIT_UNREACHABLE, EXIT_INVALID, EXIT_NO_PLAN = 0, 1, 2, 3
 
 
@@ -134,6 +134,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(result.to_json(), sort_keys=False), end="")
     elif args.output == "text":
         print(explain(spec, result), end="")
+    elif args.output == "html":
+        from gpuplan import page
+
+        print(page.plan_page(spec, snap, result), end="")
     elif not result.feasible:
         print(f"gpuplan: no deployable plan: {result.reason}", file=sys.stderr)
     elif args.output == "values":
@@ -148,7 +152,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from gpuplan import live, status
 
-    plans = live.list_plans(args.kubeconfig, args.context)
+    if args.html and not args.name:
+        raise InvalidInput("--html", "names one plan: gpuplan status NAME --html")
+    read = live.read_for_view(args.kubeconfig, args.context) if args.html else None
+    plans = list(read.plans) if read else live.list_plans(args.kubeconfig, args.context)
     if not args.all_namespaces and args.namespace:
         plans = [p for p in plans if p.namespace == args.namespace]
     if args.name:
@@ -156,6 +163,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         if not plans:
             where = f" in namespace {args.namespace}" if args.namespace else ""
             raise InvalidInput("name", f"no GpuAllocationPlan {args.name!r}{where}")
+    if read is not None:
+        from gpuplan import page
+
+        print(page.status_page(read, [f"{p.namespace}/{p.name}" for p in plans]), end="")
+        return EXIT_PLAN
     print(status.render(plans, detail=bool(args.name)), end="")
     return EXIT_PLAN
 
@@ -223,6 +235,10 @@ def parser(plugins: bool = True, prog: str = "gpuplan") -> argparse.ArgumentPars
     st.add_argument("name", nargs="?", help="one plan: also its placement per node and its conditions")
     st.add_argument("-n", "--namespace", help="only this namespace")
     st.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (the default)")
+    st.add_argument(
+        "--html", action="store_true",
+        help="with NAME: print the plan's picture as one self-contained HTML page (every node's cards)",
+    )  # fmt: skip
     _cluster_options(st)
     st.set_defaults(func=cmd_status)
 

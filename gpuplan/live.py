@@ -129,3 +129,22 @@ def list_plans(kubeconfig: str | None, context: str | None) -> list[Any]:
         raise ClusterUnreachable(f"reading the plans failed: {api_error_message(e)}") from None
     except OSError as e:
         raise ClusterUnreachable(f"cannot reach the API server: {e}") from None
+
+
+def read_for_view(kubeconfig: str | None, context: str | None) -> Any:
+    """What ``status --html`` draws (a :class:`gpuplan_operator.view.ClusterRead`), read only."""
+    from gpuplan_operator.kube import api_error_message
+    from gpuplan_operator.view import read_cluster
+    from kubernetes.client.exceptions import ApiException
+
+    kube = _client(kubeconfig, context)
+    try:
+        return read_cluster(kube)
+    except ApiException as e:
+        if e.status == 404:
+            raise ClusterUnreachable(
+                "the cluster has no GpuAllocationPlan resource (CRD not installed)"
+            ) from None
+        raise ClusterUnreachable(f"reading the cluster failed: {api_error_message(e)}") from None
+    except OSError as e:
+        raise ClusterUnreachable(f"cannot reach the API server: {e}") from None

@@ -15,7 +15,8 @@ The folder shows the roles, bottom to top (the import contracts in ``pyproject.t
   lists, allocations written earlier) into the model, each error naming the field.
 - ``search``: choosing splits and nodes: node classes, the greedy placement, the CP-SAT models.
 - ``node``: placement inside a node: devices and domains, NUMA zones, pods' CPU.
-- ``output``: what goes out: the rendered objects and values.yaml, the explanation.
+- ``output``: what goes out: the rendered objects and values.yaml, the explanation, the picture
+  of every node's cards (a view model, and the HTML page drawn from it).
 - ``planning``: the entry that plans one spec on one snapshot.
 
 The command line and the operator import only from here, never from the sub-packages. Importing
@@ -55,8 +56,10 @@ if TYPE_CHECKING:
     )
     from planner.model.result import Allocation, PlanResult, Previous, previous_placements
     from planner.model.spec import PlanSpec, Snapshot
-    from planner.output.explain import explain
+    from planner.output.explain import explain, why_not
+    from planner.output.page import render_page
     from planner.output.render import Desired, render_desired, render_manifests, values_yaml
+    from planner.output.view import Shown, View, build_view, shown_result, shown_status
     from planner.planning import plan
     from planner.read.allocations import read_allocations
     from planner.read.parse import parse_plan, parse_spec, snapshot
@@ -88,8 +91,10 @@ _HOMES = {
     ),
     "planner.model.result": ("Allocation", "PlanResult", "Previous", "previous_placements"),
     "planner.model.spec": ("PlanSpec", "Snapshot"),
-    "planner.output.explain": ("explain",),
+    "planner.output.explain": ("explain", "why_not"),
+    "planner.output.page": ("render_page",),
     "planner.output.render": ("Desired", "render_desired", "render_manifests", "values_yaml"),
+    "planner.output.view": ("Shown", "View", "build_view", "shown_result", "shown_status"),
     "planner.planning": ("plan",),
     "planner.read.allocations": ("read_allocations",),
     "planner.read.parse": ("parse_plan", "parse_spec", "snapshot"),
@@ -120,7 +125,10 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "PlanResult",
     "PlanSpec",
     "Previous",
+    "Shown",
     "Snapshot",
+    "View",
+    "build_view",
     "configmap_name",
     "explain",
     "is_plan_label_key",
@@ -133,8 +141,12 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "read_allocations",
     "render_desired",
     "render_manifests",
+    "render_page",
+    "shown_result",
+    "shown_status",
     "snapshot",
     "values_yaml",
+    "why_not",
 ]
 
 

@@ -11,7 +11,9 @@ timestamp and the object a line is about) for log collectors; ``text`` is the de
 
 Metrics: ``--metrics-port N`` (or ``GPUPLAN_METRICS_PORT=N``; the flag wins, 0 or empty is off,
 and off is the default) serves Prometheus metrics (:mod:`.metrics`) on ``--metrics-address``
-(default 0.0.0.0) at ``/metrics``. The Helm chart turns it on.
+(default 0.0.0.0) at ``/metrics``. The Helm chart turns it on. ``--view`` also serves, on the same
+port at ``/view``, the picture of every plan's cards on every node (:mod:`.view`, read only); off
+unless asked (the chart's ``view.enabled``).
 
 ``GPUPLAN_FAULT_EXIT_AFTER_WRITES=N`` (tests only) makes the process die abruptly right after its
 N-th write to the API server, to prove that a crash mid-apply converges after a restart.
@@ -61,6 +63,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics-address", default="0.0.0.0", metavar="ADDR",
         help="address the metrics endpoint binds (default %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--view", action="store_true",
+        help="also serve every plan's cards on every node as an HTML page at /view on the metrics port",
     )  # fmt: skip
     p.add_argument("--plan-seconds", type=float, default=d.plan_seconds, help="planning time budget")
     p.add_argument("--debounce", type=float, default=d.debounce, help="quiet seconds before a re-plan")
@@ -135,13 +141,24 @@ def metrics_port(flag: int | None, environ: Mapping[str, str] = os.environ) -> i
     return value
 
 
-def serve_metrics(metrics: Metrics, port: int, address: str) -> None:
-    """Prometheus metrics on ``address:port`` (a daemon thread; every path answers the metrics)."""
+def serve_metrics(metrics: Metrics, port: int, address: str, view: bool = False) -> None:
+    """Prometheus metrics on ``address:port`` (a daemon thread; every path answers the metrics,
+    except ``/view`` with ``view``: the cluster's picture)."""
     # no *_created series: they double the output and no dashboard here reads them
     disable_created_metrics()  # type: ignore[no-untyped-call]
     ProcessCollector(registry=metrics.registry)  # CPU, memory, open files of this process
-    start_http_server(port, addr=address, registry=metrics.registry)
-    logging.getLogger("gpuplan_operator").info("metrics on http://%s:%d/metrics", address, port)
+    log = logging.getLogger("gpuplan_operator")
+    if not view:
+        start_http_server(port, addr=address, registry=metrics.registry)
+        log.info("metrics on http://%s:%d/metrics", address, port)
+        return
+    from prometheus_client import make_wsgi_app
+
+    from gpuplan_operator import view as picture
+
+    cached = picture.CachedPage(picture.cluster_reader())
+    picture.serve(picture.with_view(make_wsgi_app(metrics.registry), cached), port, address)
+    log.info("metrics on http://%s:%d/metrics, the plans' picture on %s", address, port, picture.PATH)
 
 
 _NOISY = ("Handler 'node_event' succeeded", "Handler 'topology_event' succeeded")
@@ -160,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         port = metrics_port(args.metrics_port)
     except ValueError as e:
         p.error(str(e))
+    if args.view and not port:
+        p.error("--view is served on the metrics port: give --metrics-port (or $GPUPLAN_METRICS_PORT)")
     log_format, log_prefix = LOG_FORMATS[args.log_format]
     kopf.configure(verbose=args.verbose, log_format=log_format, log_prefix=log_prefix)
     logging.getLogger("gpuplan_operator").setLevel(logging.DEBUG if args.verbose else logging.INFO)
@@ -179,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = Metrics()
     memo = kopf.Memo(options=options, write_observer=_fault_injection(), metrics=metrics)
     if port:
-        serve_metrics(metrics, port, args.metrics_address)
+        serve_metrics(metrics, port, args.metrics_address, view=args.view)
     kopf.run(
         standalone=args.peering is None,
         peering_name=args.peering,

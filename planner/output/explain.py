@@ -106,13 +106,49 @@ def _type_section(
             f"(term {_num(a.term)})  on {where}"
         )
         lines += _device_lines(problem, item, a, result.optimal)
-        for s, sp in enumerate(item.splits):
-            if sp.score > _term(a):
-                why = _why_not(problem, item, s, total, deadline)
-                lines.append(f"      not {sp.text} (term {_num(sp.score)}): {why}")
-        for k, g, why in item.rejected:
-            lines.append(f"      not {k}×{g}: not admissible, {why}")
+        lines += [f"      {line}" for line in _why_not_lines(problem, item, a, total, deadline)]
     return lines
+
+
+def _why_not_lines(
+    problem: TypeProblem, item: Item, a: Allocation, total: Fraction, deadline: float
+) -> list[str]:
+    """Each split scoring more than the chosen one, and each split the table refused, with why not."""
+    lines = []
+    for s, sp in enumerate(item.splits):
+        if sp.score > _term(a):
+            lines.append(
+                f"not {sp.text} (term {_num(sp.score)}): {_why_not(problem, item, s, total, deadline)}"
+            )
+    for k, g, why in item.rejected:
+        lines.append(f"not {k}×{g}: not admissible, {why}")
+    return lines
+
+
+def why_not(result: PlanResult, budget: float = 10.0) -> dict[tuple[str, str], tuple[str, ...]]:
+    """Per request (operator, resource): which of its instances straddle domains and why, and why
+    it did not get a better split, as :func:`explain` says it (the page of
+    :mod:`planner.output.view` shows these beside each request's split)."""
+    deadline = time.monotonic() + budget
+    allocations = result.allocations if result.feasible else result.partial
+    by_key = {(a.operator, a.resource): a for a in allocations}
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    for problem in result.problems:
+        name = problem.resource.name
+        total = sum((_term(a) for a in allocations if a.resource == name), Fraction(0))
+        for item in problem.items:
+            a = by_key.get((item.request.operator, name))
+            if a is not None and a.term is not None:
+                straddles = [
+                    line.strip()
+                    for line in _device_lines(problem, item, a, result.optimal)
+                    if "straddles" in line
+                ]
+                out[item.request.operator, name] = (
+                    *straddles,
+                    *_why_not_lines(problem, item, a, total, deadline),
+                )
+    return out
 
 
 def _straddle_why(problem: TypeProblem, item: Item, a: Allocation, proven: bool) -> str:

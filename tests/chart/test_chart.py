@@ -41,6 +41,7 @@ VALUE_SETS = [
     pytest.param({"replicaCount": 2}, id="two replicas with peering"),
     pytest.param({"metrics.serviceMonitor.enabled": True}, id="metrics with a ServiceMonitor"),
     pytest.param({"metrics.enabled": False}, id="metrics off"),
+    pytest.param({"view.enabled": True}, id="the plans' picture on the metrics port"),
     pytest.param({"watchNamespaces": ["ragnaros", "team-b"]}, id="two watched namespaces"),
     pytest.param(
         {"replicaCount": 3, "watchNamespaces": ["ragnaros"], "logLevel": "debug", "planning.planSeconds": 10},
@@ -343,6 +344,7 @@ def test_the_image_defaults_to_the_app_version_and_takes_a_digest(helm: str) -> 
         pytest.param({"logLevel": "trace"}, "logLevel", id="an unknown log level is refused"),
         pytest.param({"watchNamespaces": ["team-*"]}, "globs are not supported", id="a namespace glob is refused"),
         pytest.param({"metrics.enabled": False, "metrics.serviceMonitor.enabled": True}, "needs metrics.enabled", id="a ServiceMonitor without metrics is refused"),
+        pytest.param({"metrics.enabled": False, "view.enabled": True}, "view.enabled needs metrics.enabled", id="the view without metrics is refused"),
     ],
 )  # fmt: skip
 def test_bad_values_fail_with_a_message(helm: str, values: dict[str, Any], message: str) -> None:
@@ -538,3 +540,8 @@ def test_drift_check_fails_with_a_clear_message(
     proc = subprocess.run(["bash", str(root / "hack" / "check-crd-drift.sh")], capture_output=True, text=True)
     assert proc.returncode == 1
     assert message in proc.stderr and "cp crds/*.yaml charts/gpuplan-operator/crds/" in proc.stderr
+
+
+def test_the_view_is_off_by_default_and_one_flag_when_enabled(helm: str) -> None:
+    assert "--view" not in _container(render(helm))["args"]
+    assert _container(render(helm, {"view.enabled": True}))["args"].count("--view") == 1

@@ -67,7 +67,7 @@ def test_the_wheel_holds_the_four_packages_and_the_commands(dist: Path) -> None:
     names = set(_names(_wheel(dist)))
     for path in ("planner/planning.py", "planner/py.typed", "gpuplan/cli.py", "gpuplan/py.typed",
                  "gpuplan_operator/__main__.py", "gpuplan_operator/py.typed",
-                 "loadtest/cli.py", "loadtest/py.typed"):  # fmt: skip
+                 "loadtest/cli.py", "loadtest/py.typed", "planner/output/templates/plan.html.j2"):  # fmt: skip
         assert path in names, path
     with zipfile.ZipFile(_wheel(dist)) as wheel:
         entry_points = wheel.read(f"{NAME}-{VERSION}.dist-info/entry_points.txt").decode()
@@ -128,3 +128,5 @@ def test_a_fresh_venv_installs_the_wheel_and_plans_the_example(dist: Path, tmp_p
         cwd=tmp_path,
     )
     assert _without_timings(fresh.stdout) == _without_timings(here.stdout)
+    page = _run(str(gpuplan), *EXAMPLE, "-o", "html", cwd=tmp_path).stdout  # the template is package data
+    assert page.startswith("<!DOCTYPE html>") and 'data-node="p4-000"' in page

@@ -117,6 +117,12 @@ The watched namespaces, validated: exact names only (RBAC Roles cannot follow a 
 {{- end }}
 {{- end }}
 {{- end }}
+{{- if .Values.view.enabled }}
+{{- if not .Values.metrics.enabled }}
+{{- fail "view.enabled needs metrics.enabled (the view is served on the metrics port)" }}
+{{- end }}
+- --view
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}
