@@ -19,14 +19,16 @@ from fractions import Fraction
 from planner.base.codes import ConflictKind, Method, SolveStatus
 from planner.model.devices import natural
 from planner.model.options import Item, TypeProblem, build_problems
-from planner.model.result import Allocation, Conflict, PlanResult, TypeStats
+from planner.model.result import Allocation, Conflict, PlanResult, TypeStats, gap
 from planner.model.result import Previous as PreviousPlan
 from planner.model.spec import PlanSpec, ResourceKind, Snapshot
 from planner.node.pods import concerned, cpu_by_node, cpu_note, cpu_warnings, layout
+from planner.search import bounds, patterns
 from planner.search.outcome import Outcome, Progress
 from planner.search.place import Previous, PreviousDevices, greedy_place, improvable, moved
 
 CONFLICT_SECONDS = 10.0  # at most this long to shrink one type's conflict
+PACKING_SHARE = 0.6  # of a pure packing's time, what the pattern model may use first
 
 
 def free_summary(problem: TypeProblem) -> str:
@@ -38,41 +40,71 @@ def free_summary(problem: TypeProblem) -> str:
     return ", ".join(parts) or "none"
 
 
-def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool | None:
-    """Can these items be placed together with some choice of splits? None: not decided in time."""
-    if not subset:
-        return True
-    if sum(problem.items[i].request.cards for i in subset) > sum(f for _, f in problem.nodes):
-        return False
-    sub = TypeProblem(
+def _subproblem(problem: TypeProblem, subset: list[int]) -> TypeProblem:
+    """The type with only these requests (renumbered), on the same nodes."""
+    return TypeProblem(
         problem.resource,
         problem.nodes,
         tuple(replace(it, index=n) for n, it in enumerate(problem.items[i] for i in subset)),
     )
+
+
+def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool | None:
+    """Can these items be placed together with some choice of splits? None: not decided in time.
+
+    Cheapest first: counting, the greedy (a placement proves it), L2, then the packing model for
+    a pure packing (which finds or refutes most at once), then the exact search.
+    """
+    if not subset:
+        return True
+    if sum(problem.items[i].request.cards for i in subset) > sum(f for _, f in problem.nodes):
+        return False
+    sub = _subproblem(problem, subset)
     if greedy_place(sub, [0] * len(subset)) is not None:
         return True
+    if bounds.refute_l2(sub) is not None:
+        return False
+    start = time.monotonic()
+    if patterns.eligible(sub):
+        pk = patterns.solve(sub, seconds * PACKING_SHARE)
+        if pk.nodes is not None:
+            return True
+        if pk.how == "refuted":
+            return False
     from planner.search.solver import solve
 
-    out = solve(problem, seconds=seconds, subset=subset, optimize=False)
+    left = max(0.05, seconds - (time.monotonic() - start))
+    out = solve(problem, seconds=left, subset=subset, optimize=False)
     return {SolveStatus.INFEASIBLE: False, SolveStatus.UNKNOWN: None}.get(out.status, True)
 
 
-def conflict(problem: TypeProblem, seconds: float = 10.0) -> Conflict:
-    """An irreducible set of this type's requests that cannot be placed together (see _conflict)."""
-    found = _conflict(problem, seconds)
+def conflict(problem: TypeProblem, seconds: float = 10.0, proof: Outcome | None = None) -> Conflict:
+    """A set of this type's requests that cannot be placed together, irreducible where shown so.
+
+    ``proof``: the outcome that refuted the type, whose notes may name a smaller set to start from.
+    """
+    found = _conflict(problem, seconds, proof)
     notes = [n for n in (problem.note, problem.cpu_note) if n]
     if not notes:
         return found
-    return Conflict(found.resource, found.kind, found.operators, "; ".join([found.detail, *notes]))
+    return replace(found, detail="; ".join([found.detail, *notes]))
 
 
-def _conflict(problem: TypeProblem, seconds: float) -> Conflict:
-    """An irreducible set of this type's requests that cannot be placed together.
+def _shape(problem: TypeProblem, i: int) -> tuple[object, ...]:
+    """Requests of one shape are interchangeable: dropping either leaves the same question."""
+    it = problem.items[i]
+    return (it.strategy, it.splits)
+
+
+def _conflict(problem: TypeProblem, seconds: float, proof: Outcome | None) -> Conflict:
+    """A set of this type's requests that cannot be placed together.
 
     Three cases, cheapest proof first: a request with no admissible split is a conflict alone;
     if the requests want more cards than the nodes have free, the fewest largest requests that
     overflow the free cards are one (each is needed for the overflow); otherwise a deletion
-    filter drops every request whose removal leaves the rest still infeasible.
+    filter drops every request whose removal leaves the rest still infeasible, starting from the
+    requests a bound's certificate needs when a bound refuted the type. The set is called minimal
+    only when every request left was shown needed (dropping it lets the rest fit).
     """
     name = problem.resource.name
     for it in problem.items:
@@ -99,9 +131,20 @@ def _conflict(problem: TypeProblem, seconds: float) -> Conflict:
         )
     deadline = time.monotonic() + seconds
     core = [it.index for it in problem.items]
+    why = ""
+    refuted = bounds.refute_l2(problem) or (
+        bounds.refute(problem, min(2.0, seconds / 4)) if proof is not None else None
+    )
+    if refuted is not None:
+        core, why = sorted(refuted.items), refuted.reason
     undecided = False
+    # shapes whose drop was shown to fit: dropping requests never hurts, so that stays shown for
+    # every smaller core, and requests of one shape are interchangeable
+    fits: set[tuple[object, ...]] = set()
     # try to drop the small requests first, so the conflict names the ones that crowd the nodes
     for idx in sorted(core, key=lambda i: (problem.items[i].request.cards, i)):
+        if _shape(problem, idx) in fits:
+            continue
         trial = [i for i in core if i != idx]
         left = deadline - time.monotonic()
         verdict = _feasible(problem, trial, min(left, 2.0)) if left > 0 else None
@@ -109,15 +152,31 @@ def _conflict(problem: TypeProblem, seconds: float) -> Conflict:
             core = trial
         elif verdict is None:
             undecided = True
+        else:
+            fits.add(_shape(problem, idx))
+    minimal = not undecided or len(core) == 1
     items = [problem.items[i] for i in core]
     cards = sum(it.request.cards for it in items)
     detail = (
         f"{', '.join(f'{it.label} ({it.request.cards})' for it in items)}: {cards} {name} cards "
         f"cannot be split and placed on {where}"
     )
-    if undecided:
-        detail += " (not proven minimal within the time budget)"
-    return Conflict(name, ConflictKind.PACKING, tuple(it.label for it in items), detail)
+    if why:
+        detail += f" ({why})"
+    if not minimal:
+        detail += "; these cannot fit together; not shown minimal within the time budget"
+    return Conflict(name, ConflictKind.PACKING, tuple(it.label for it in items), detail, minimal)
+
+
+def _progress(out: Outcome) -> str | None:
+    """How far a search that ran out of time got: its best plan against its bound, or its notes."""
+    if out.status is SolveStatus.FEASIBLE and out.score is not None and out.bound is not None:
+        g = gap(out.score, out.bound)
+        pct = f", gap {float(g) * 100:.2f}%" if g is not None else ""
+        return f"best found {float(out.score):.6g}, bound {float(out.bound):.6g}{pct}"
+    if out.status is SolveStatus.UNKNOWN and out.notes:
+        return "; ".join(out.notes)
+    return None
 
 
 def _zone_of(problem: TypeProblem) -> dict[tuple[str, str], str]:
@@ -207,14 +266,30 @@ def _solve(
     """The score: the fast path when the best splits place greedily, else the exact search."""
     best = [0] * len(problem.items)
     placed = greedy_place(problem, best, previous)
+    ub = problem.upper_bound
     if placed is not None:
-        ub = problem.upper_bound
         return Outcome(SolveStatus.OPTIMAL, best, placed, ub, ub), Method.FAST_PATH
+    start = time.monotonic()
+    cheap = bounds.refute_l2(problem)
+    if cheap is not None:
+        return Outcome(SolveStatus.INFEASIBLE, notes=[cheap.reason]), Method.BOUND
+    progress_note = None
+    if patterns.eligible(problem):
+        # a pure packing (one split each): the pattern model finds or refutes it, most often at
+        # once; what it leaves undecided goes to the exact search with the time that is left
+        pk = patterns.solve(problem, seconds * PACKING_SHARE)
+        if pk.nodes is not None:
+            return Outcome(SolveStatus.OPTIMAL, best, pk.nodes, ub, ub), Method.PATTERNS
+        if pk.how == "refuted":
+            return Outcome(SolveStatus.INFEASIBLE, notes=[pk.reason]), Method.BOUND
+        progress_note = pk.reason
     from planner.search.solver import solve
 
-    return solve(
-        problem, seconds=seconds, workers=workers, previous=previous, progress=progress
-    ), Method.CP_SAT
+    left = max(0.05, seconds - (time.monotonic() - start))
+    out = solve(problem, seconds=left, workers=workers, previous=previous, progress=progress)
+    if out.status is SolveStatus.UNKNOWN and progress_note:
+        out.notes.append(progress_note)
+    return out, Method.CP_SAT
 
 
 def _solve_with_devices(
@@ -299,12 +374,15 @@ def plan(
             out.seconds,
             out.branches,
             problem.upper_bound,
+            _progress(out),
         )
         if out.status is SolveStatus.INFEASIBLE:
-            failed[i] = conflict(problem, seconds=min(CONFLICT_SECONDS, share))
+            # the conflict search shares the plan's time limit (at least a second to try)
+            left = max(1.0, deadline - time.monotonic())
+            failed[i] = conflict(problem, seconds=min(CONFLICT_SECONDS, share, left), proof=out)
             continue
         if out.choice is None or out.nodes is None:
-            detail = "no plan found within the time budget (not proven impossible)"
+            detail = "; ".join(["no plan found within the time budget (not proven impossible)", *out.notes])
             labels = tuple(it.label for it in problem.items)
             failed[i] = Conflict(problem.resource.name, ConflictKind.TIMEOUT, labels, detail)
             unknown.append(problem.resource.name)
