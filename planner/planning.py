@@ -5,8 +5,13 @@ Notes
 Types are solved one after another, each with a fair share of what is left of the time budget
 (a type that finishes early leaves its time to the next). The fast path answers most re-plans
 without a solver: if the best split of every request fits, the score equals the upper bound.
-When a type has no plan, a deletion filter shrinks its requests to an irreducible conflict:
-the requests that cannot fit together, such that dropping any one of them lets the rest fit.
+A type whose requests each have one split is a pure packing: bounds (L2, the LP bound) refute it
+at once where they can, and a pattern model packs it where the greedy does not
+(:mod:`planner.search.patterns`); what they leave open goes to the exact search.
+
+When a type has no plan, a deletion filter shrinks its requests to a conflict: requests that
+cannot fit together. It is called minimal only when dropping any one of them was shown to let the
+rest fit; otherwise it says so.
 """
 
 from __future__ import annotations
@@ -29,6 +34,17 @@ from planner.search.place import Previous, PreviousDevices, greedy_place, improv
 
 CONFLICT_SECONDS = 10.0  # at most this long to shrink one type's conflict
 PACKING_SHARE = 0.6  # of a pure packing's time, what the pattern model may use first
+PER_NODE_CELLS = 5_000  # a per-node model of more (requests × nodes) cells is no help to a packing
+
+
+def _packing_share(problem: TypeProblem) -> float:
+    """The pattern model's share of a pure packing's time: all of it, unless an exact model that
+    is small (the node-class model, or a per-node one of a few thousand cells) can use the rest."""
+    from planner.search import classes
+
+    if len(problem.items) * len(problem.nodes) <= PER_NODE_CELLS or classes.build(problem) is not None:
+        return PACKING_SHARE
+    return 1.0
 
 
 def free_summary(problem: TypeProblem) -> str:
@@ -66,7 +82,7 @@ def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool |
         return False
     start = time.monotonic()
     if patterns.eligible(sub):
-        pk = patterns.solve(sub, seconds * PACKING_SHARE)
+        pk = patterns.solve(sub, seconds * _packing_share(sub))
         if pk.nodes is not None:
             return True
         if pk.how == "refuted":
@@ -99,12 +115,12 @@ def _shape(problem: TypeProblem, i: int) -> tuple[object, ...]:
 def _conflict(problem: TypeProblem, seconds: float, proof: Outcome | None) -> Conflict:
     """A set of this type's requests that cannot be placed together.
 
-    Three cases, cheapest proof first: a request with no admissible split is a conflict alone;
-    if the requests want more cards than the nodes have free, the fewest largest requests that
-    overflow the free cards are one (each is needed for the overflow); otherwise a deletion
-    filter drops every request whose removal leaves the rest still infeasible, starting from the
-    requests a bound's certificate needs when a bound refuted the type. The set is called minimal
-    only when every request left was shown needed (dropping it lets the rest fit).
+    A request with no admissible split is a conflict alone. Otherwise a deletion filter drops
+    every request whose removal leaves the rest still infeasible, starting from the smallest set
+    known not to fit: the fewest largest requests that overflow the free cards, or the requests
+    a bound's certificate needs. The set is called minimal only when every request left was
+    shown needed (dropping it lets the rest fit); dropping requests never makes a packing
+    harder, so a request shown needed stays needed as the set shrinks.
     """
     name = problem.resource.name
     for it in problem.items:
@@ -115,28 +131,24 @@ def _conflict(problem: TypeProblem, seconds: float, proof: Outcome | None) -> Co
             )
     total_free = sum(f for _, f in problem.nodes)
     where = f"{len(problem.nodes)} usable nodes, free cards per node: {free_summary(problem)}"
-    if sum(it.request.cards for it in problem.items) > total_free:
-        picked: list[Item] = []
-        for it in sorted(problem.items, key=lambda i: (-i.request.cards, i.index)):
-            picked.append(it)
-            if sum(p.request.cards for p in picked) > total_free:
-                break
-        picked.sort(key=lambda i: i.index)
-        cards = sum(p.request.cards for p in picked)
-        return Conflict(
-            name,
-            ConflictKind.OVERBOOKED,
-            tuple(p.label for p in picked),
-            f"together they need {cards} {name} cards, only {total_free} are free ({where})",
-        )
     deadline = time.monotonic() + seconds
     core = [it.index for it in problem.items]
     why = ""
-    refuted = bounds.refute_l2(problem) or (
-        bounds.refute(problem, min(2.0, seconds / 4)) if proof is not None else None
-    )
-    if refuted is not None:
-        core, why = sorted(refuted.items), refuted.reason
+    if sum(it.request.cards for it in problem.items) > total_free:
+        # the fewest largest requests that overflow the free cards: each is needed for the
+        # overflow, though a smaller set may still not pack (the filter below looks)
+        picked: list[int] = []
+        for it in sorted(problem.items, key=lambda i: (-i.request.cards, i.index)):
+            picked.append(it.index)
+            if sum(problem.items[i].request.cards for i in picked) > total_free:
+                break
+        core = sorted(picked)
+    else:
+        refuted = bounds.refute_l2(problem) or (
+            bounds.refute(problem, min(2.0, seconds / 4)) if proof is not None else None
+        )
+        if refuted is not None:
+            core, why = sorted(refuted.items), refuted.reason
     undecided = False
     # shapes whose drop was shown to fit: dropping requests never hurts, so that stays shown for
     # every smaller core, and requests of one shape are interchangeable
@@ -157,15 +169,21 @@ def _conflict(problem: TypeProblem, seconds: float, proof: Outcome | None) -> Co
     minimal = not undecided or len(core) == 1
     items = [problem.items[i] for i in core]
     cards = sum(it.request.cards for it in items)
-    detail = (
-        f"{', '.join(f'{it.label} ({it.request.cards})' for it in items)}: {cards} {name} cards "
-        f"cannot be split and placed on {where}"
-    )
+    labels = tuple(it.label for it in items)
+    if cards > total_free:
+        kind = ConflictKind.OVERBOOKED
+        detail = f"together they need {cards} {name} cards, only {total_free} are free ({where})"
+    else:
+        kind = ConflictKind.PACKING
+        detail = (
+            f"{', '.join(f'{it.label} ({it.request.cards})' for it in items)}: {cards} {name} cards "
+            f"cannot be split and placed on {where}"
+        )
     if why:
         detail += f" ({why})"
     if not minimal:
         detail += "; these cannot fit together; not shown minimal within the time budget"
-    return Conflict(name, ConflictKind.PACKING, tuple(it.label for it in items), detail, minimal)
+    return Conflict(name, kind, labels, detail, minimal)
 
 
 def _progress(out: Outcome) -> str | None:
@@ -277,16 +295,18 @@ def _solve(
     if patterns.eligible(problem):
         # a pure packing (one split each): the pattern model finds or refutes it, most often at
         # once; what it leaves undecided goes to the exact search with the time that is left
-        pk = patterns.solve(problem, seconds * PACKING_SHARE)
+        pk = patterns.solve(problem, seconds * _packing_share(problem))
         if pk.nodes is not None:
             return Outcome(SolveStatus.OPTIMAL, best, pk.nodes, ub, ub), Method.PATTERNS
         if pk.how == "refuted":
             return Outcome(SolveStatus.INFEASIBLE, notes=[pk.reason]), Method.BOUND
         progress_note = pk.reason
+    left = seconds - (time.monotonic() - start)
+    if progress_note is not None and left < 0.05:
+        return Outcome(SolveStatus.UNKNOWN, notes=[progress_note]), Method.PATTERNS
     from planner.search.solver import solve
 
-    left = max(0.05, seconds - (time.monotonic() - start))
-    out = solve(problem, seconds=left, workers=workers, previous=previous, progress=progress)
+    out = solve(problem, seconds=max(0.05, left), workers=workers, previous=previous, progress=progress)
     if out.status is SolveStatus.UNKNOWN and progress_note:
         out.notes.append(progress_note)
     return out, Method.CP_SAT
@@ -377,14 +397,14 @@ def plan(
             _progress(out),
         )
         if out.status is SolveStatus.INFEASIBLE:
-            # the conflict search shares the plan's time limit (at least a second to try)
-            left = max(1.0, deadline - time.monotonic())
+            # the conflict search shares the plan's time limit (a moment to try, at least)
+            left = max(0.2, deadline - time.monotonic())
             failed[i] = conflict(problem, seconds=min(CONFLICT_SECONDS, share, left), proof=out)
             continue
         if out.choice is None or out.nodes is None:
             detail = "; ".join(["no plan found within the time budget (not proven impossible)", *out.notes])
             labels = tuple(it.label for it in problem.items)
-            failed[i] = Conflict(problem.resource.name, ConflictKind.TIMEOUT, labels, detail)
+            failed[i] = Conflict(problem.resource.name, ConflictKind.TIMEOUT, labels, detail, minimal=False)
             unknown.append(problem.resource.name)
             continue
         placed[i] = _allocations(problem, out)

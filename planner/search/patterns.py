@@ -36,6 +36,9 @@ from planner.search.bounds import Bins, LpBound, bins_of, lp_bound, refute_lp
 from planner.search.place import NodeCounts
 
 Column = tuple[int, tuple[int, ...]]  # (class, instances per size)
+MAX_BACKTRACKS = 40  # a dive gives up after undoing this many choices
+EXACT_INSTANCES = 45  # a residual of at most this many instances is packed exactly (CP-SAT)
+EXACT_SECONDS = 1.0  # for at most this long
 
 
 def eligible(problem: TypeProblem) -> bool:
@@ -93,56 +96,171 @@ def _rounding(bins: Bins, lp: LpBound) -> list[Column] | None:
     return [(c, tuple(counts)) for _, c, counts in bins_room if any(counts)]
 
 
-def _dive(bins: Bins, lp: LpBound, deadline: float) -> list[Column] | None:
-    """Diving: fix the pattern the LP uses most (rounded up), re-solve the LP of what is left.
+def _waste(bins: Bins, col: Column) -> int:
+    c, a = col
+    return bins.classes[c][0] - sum(n * g for n, g in zip(a, bins.sizes, strict=True))
 
-    Each step fixes at least one node's pattern and re-generates columns for the residual demand,
-    so the LP keeps steering the rest; it stops when the residual's LP needs more nodes than are
-    left (then this dive failed; nothing is claimed from it).
-    """
-    fixed: list[Column] = []
-    demand = list(bins.demand)
-    counts = [n for _, n in bins.classes]
-    columns, primal = list(lp.columns), list(lp.primal)
-    while any(demand) and time.monotonic() < deadline:
-        live = [c for c, n in enumerate(counts) if n > 0]
-        if not live:
-            return None
-        # the residual as its own packing: the same sizes, what is left of each, the nodes left
-        classes = tuple((bins.classes[c][0], counts[c]) for c in live)
-        rest = Bins(bins.sizes, tuple(demand), classes, bins.items)
-        remap = {c: k for k, c in enumerate(live)}
-        trimmed = [
-            (remap[c], tuple(min(n, d) for n, d in zip(a, demand, strict=True)))
-            for c, a in columns
-            if c in remap
-        ]
-        if fixed:
-            sub = lp_bound(rest, max(0.05, deadline - time.monotonic()), trimmed)
-            if sub.refuted or sub.value > rest.nodes + 1e-6:
-                return None
-            rounded = _rounding(rest, sub) if sub.primal else None
-            if rounded is not None:
-                return fixed + [(live[c], a) for c, a in rounded]
-            columns = [(live[c], a) for c, a in sub.columns]
-            primal = sub.primal
-        best = max(
-            range(len(columns)), key=lambda i: (primal[i] if i < len(primal) else 0.0, -i), default=None
-        )
-        if best is None or best >= len(primal) or primal[best] <= 1e-9:
-            return None
-        c, a = columns[best]
-        take = tuple(min(n, d) for n, d in zip(a, demand, strict=True))
-        if not any(take) or counts[c] <= 0:
-            return None
-        for _ in range(max(1, min(int(primal[best] + 1e-6), counts[c]))):
+
+@dataclass
+class _Node:
+    """One point of the dive: what is fixed, what is left, and the LP of what is left."""
+
+    fixed: list[Column]
+    demand: list[int]
+    counts: list[int]
+    columns: list[Column]
+    primal: list[float]
+    tabu: set[Column]
+    solved: bool = True  # the LP of what is left has been solved (an empty primal: a dead end)
+    whole_tried: bool = False  # fixing every whole pattern at once was tried from here
+
+
+def _fix(bins: Bins, node: _Node, picks: Sequence[tuple[Column, int]]) -> _Node:
+    """A new point with ``copies`` nodes of each picked pattern fixed (trimmed to what is left)."""
+    fixed, demand, counts = list(node.fixed), list(node.demand), list(node.counts)
+    for (c, a), copies in picks:
+        for _ in range(copies):
             take = tuple(min(n, d) for n, d in zip(a, demand, strict=True))
             if not any(take) or counts[c] <= 0:
                 break
             fixed.append((c, take))
             counts[c] -= 1
             demand = [d - n for d, n in zip(demand, take, strict=True)]
-    return fixed if not any(demand) else None
+    return _Node(fixed, demand, counts, node.columns, [], set(), solved=False)
+
+
+def _exact(bins: Bins, node: _Node, seconds: float) -> list[Column] | None:
+    """A small residual packed exactly: each instance on one of the nodes left (CP-SAT).
+
+    None when CP-SAT shows it cannot be done, or does not finish in ``seconds`` (either way a
+    dead end for the dive, which claims nothing from it).
+    """
+    from planner.search.cpsat import cp_model
+
+    m = cp_model.CpModel()
+    slots = [(c, bins.classes[c][0]) for c, n in enumerate(node.counts) for _ in range(n)]
+    instances = [j for j, d in enumerate(node.demand) for _ in range(d)]
+    x = {
+        (i, b): m.new_bool_var(f"x{i}_{b}")
+        for i, j in enumerate(instances)
+        for b, (_, free) in enumerate(slots)
+        if bins.sizes[j] <= free
+    }
+    for i in range(len(instances)):
+        m.add_exactly_one(x[i, b] for b in range(len(slots)) if (i, b) in x)
+    loads = []
+    for b, (_, free) in enumerate(slots):
+        load = sum(bins.sizes[j] * x[i, b] for i, j in enumerate(instances) if (i, b) in x)
+        m.add(load <= free)
+        loads.append(load)
+    for b in range(len(slots) - 1):  # nodes of one class are interchangeable: loads in order
+        if slots[b][0] == slots[b + 1][0]:
+            m.add(loads[b] >= loads[b + 1])
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, seconds)
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    out: list[Column] = []
+    for b, (c, _) in enumerate(slots):
+        a = [0] * len(bins.sizes)
+        for i, j in enumerate(instances):
+            if (i, b) in x and solver.boolean_value(x[i, b]):
+                a[j] += 1
+        if any(a):
+            out.append((c, tuple(a)))
+    return node.fixed + out
+
+
+def _resolve(bins: Bins, node: _Node, deadline: float) -> list[Column] | None:
+    """The LP of what is left at ``node`` (columns re-generated); its rounding if that packs.
+
+    Returns the packing when the rounding completes it; sets ``node.primal`` empty when the LP
+    shows what is left cannot be packed on the nodes left.
+    """
+    live = [c for c, n in enumerate(node.counts) if n > 0]
+    if not live:
+        node.primal = []
+        return None
+    classes = tuple((bins.classes[c][0], node.counts[c]) for c in live)
+    rest = Bins(bins.sizes, tuple(node.demand), classes, bins.items)
+    remap = {c: k for k, c in enumerate(live)}
+    trimmed = [
+        (remap[c], tuple(min(n, d) for n, d in zip(a, node.demand, strict=True)))
+        for c, a in node.columns
+        if c in remap
+    ]
+    sub = lp_bound(rest, max(0.05, deadline - time.monotonic()), trimmed)
+    if sub.refuted or (sub.converged and sub.value > rest.nodes + 1e-6) or not sub.primal:
+        node.primal = []
+        return None
+    rounded = _rounding(rest, sub)
+    if rounded is None and sum(node.demand) <= EXACT_INSTANCES:
+        done = _exact(bins, node, min(EXACT_SECONDS, deadline - time.monotonic()))
+        if done is None:
+            node.primal = []  # the dive backs up: this residual did not pack
+        return done
+    node.columns = [(live[c], a) for c, a in sub.columns]
+    node.primal = sub.primal
+    return None if rounded is None else node.fixed + [(live[c], a) for c, a in rounded]
+
+
+def _dive(bins: Bins, lp: LpBound, deadline: float) -> list[Column] | None:
+    """Diving with backtracking: fix patterns the LP uses, re-solve the LP of what is left.
+
+    Each step fixes every pattern the LP uses a whole number of times, or else the one it uses
+    most (least waste among equals) on one node, and re-generates columns for the residual, so
+    the LP keeps steering the rest. When the residual's LP shows it cannot be packed, the last
+    choice is undone and forbidden there, and the next best is tried (a few times in all). A dive
+    that fails claims nothing.
+    """
+    root = _Node(
+        [], list(bins.demand), [n for _, n in bins.classes], list(lp.columns), list(lp.primal), set()
+    )
+    stack: list[_Node] = []
+    node = root
+    backtracks = 0
+    while time.monotonic() < deadline:
+        if not any(node.demand):
+            return node.fixed
+        if not node.solved:
+            node.solved = True
+            done = _resolve(bins, node, deadline)
+            if done is not None:
+                return done
+        if not node.primal:  # dead end: back to the last choice, forbid it, try the next
+            if not stack or backtracks >= MAX_BACKTRACKS:
+                return None
+            backtracks += 1
+            node = stack.pop()
+            continue
+        whole = [
+            (col, math.floor(x + 1e-6))
+            for col, x in zip(node.columns, node.primal, strict=False)
+            if x >= 1 - 1e-6 and col not in node.tabu
+        ]
+        if whole and not node.whole_tried:
+            node.whole_tried = True
+            stack.append(node)
+            node = _fix(bins, node, whole)
+            continue
+        ranked = sorted(
+            (
+                (x, -_waste(bins, col), col)
+                for col, x in zip(node.columns, node.primal, strict=False)
+                if x > 1e-9 and col not in node.tabu
+            ),
+            reverse=True,
+        )
+        if not ranked:
+            node.primal = []
+            continue
+        col = ranked[0][2]
+        node.tabu.add(col)
+        stack.append(node)
+        node = _fix(bins, node, [(col, 1)])
+    return None
 
 
 def _master(
@@ -215,14 +333,14 @@ def solve(problem: TypeProblem, seconds: float) -> Packing:
     """Pack an :func:`eligible` type: a placement, a refutation, or neither within ``seconds``."""
     start = time.monotonic()
     bins = bins_of(problem, [it.index for it in problem.items])
-    lp = lp_bound(bins, seconds * 0.5)
+    lp = lp_bound(bins, seconds * 0.4)
     proof = refute_lp(bins, lp)
     if proof is not None:
         return Packing(None, lp, "refuted", proof.reason, proof.items)
     rounded = _rounding(bins, lp) if lp.primal else None
     if rounded is not None:
         return Packing(_place(problem, bins, rounded), lp, "rounding")
-    dived = _dive(bins, lp, start + seconds * 0.8)
+    dived = _dive(bins, lp, start + seconds * 0.9)
     if dived is not None:
         return Packing(_place(problem, bins, dived), lp, "diving")
     left = seconds - (time.monotonic() - start)
