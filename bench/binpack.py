@@ -194,18 +194,19 @@ def main() -> int:
             minimal = ""
             if res is not None and not res.get("feasible") and args.check_minimal:
                 minimal = conflict_is_minimal(name, bins, res, args.seconds)
-            row = {
+            methods = sorted({s["method"] for s in (res or {}).get("search", [])})
+            row: dict[str, Any] = {
                 "instance": name, "family": family, "items": len(weights), "bins": bins, "optimum": optimum,
                 "gpuplan": verdict(res), "wall": wall, "mb": mb, "cpsat": c_what, "cpsat_wall": c_wall,
                 "cpsat_mb": c_mb, "minimal": minimal,
-                "methods": sorted({s["method"] for s in (res or {}).get("search", [])}),
+                "methods": methods,
                 "conflict_minimal": bool(res and res.get("conflicts") and res["conflicts"][0].get("minimal")),
             }  # fmt: skip
             rows.append(row)
             print(
                 f"{name:<20} {family:<13} {len(weights):>4} {bins:>5}"
                 f"  {row['gpuplan']:<10} {wall:>7.2f} {mb:>5.0f}"
-                f"  {c_what:<9} {c_wall:>7.2f} {c_mb:>5.0f}  {'/'.join(row['methods'])} {minimal}",
+                f"  {c_what:<9} {c_wall:>7.2f} {c_mb:>5.0f}  {'/'.join(methods)} {minimal}",
                 flush=True,
             )
     at_opt = [r for r in rows if r["bins"] == r["optimum"]]

@@ -23,7 +23,7 @@ from fractions import Fraction
 
 from planner.base.codes import ConflictKind, Method, SolveStatus
 from planner.model.devices import natural
-from planner.model.options import Item, TypeProblem, build_problems
+from planner.model.options import TypeProblem, build_problems
 from planner.model.result import Allocation, Conflict, PlanResult, TypeStats, gap
 from planner.model.result import Previous as PreviousPlan
 from planner.model.spec import PlanSpec, ResourceKind, Snapshot
@@ -397,9 +397,10 @@ def plan(
             _progress(out),
         )
         if out.status is SolveStatus.INFEASIBLE:
-            # the conflict search shares the plan's time limit (a moment to try, at least)
+            # the conflict search explains, it does not decide: half of the type's share of the
+            # time limit at most, within what is left of it (a moment to try, at least)
             left = max(0.2, deadline - time.monotonic())
-            failed[i] = conflict(problem, seconds=min(CONFLICT_SECONDS, share, left), proof=out)
+            failed[i] = conflict(problem, seconds=min(CONFLICT_SECONDS, share / 2, left), proof=out)
             continue
         if out.choice is None or out.nodes is None:
             detail = "; ".join(["no plan found within the time budget (not proven impossible)", *out.notes])
