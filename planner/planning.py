@@ -34,7 +34,7 @@ from planner.search.place import Previous, PreviousDevices, greedy_place, improv
 
 CONFLICT_SECONDS = 10.0  # at most this long to shrink one type's conflict
 PACKING_SHARE = 0.6  # of a pure packing's time, what the pattern model may use first
-PER_NODE_CELLS = 5_000  # a per-node model of more (requests × nodes) cells is no help to a packing
+PER_NODE_CELLS = 1_000  # a per-node model of more (requests × nodes) cells is no help to a packing
 
 
 def _packing_share(problem: TypeProblem) -> float:
@@ -82,11 +82,14 @@ def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool |
         return False
     start = time.monotonic()
     if patterns.eligible(sub):
-        pk = patterns.solve(sub, seconds * _packing_share(sub))
+        share = _packing_share(sub)
+        pk = patterns.solve(sub, seconds * share)
         if pk.nodes is not None:
             return True
         if pk.how == "refuted":
             return False
+        if share == 1.0:
+            return None
     from planner.search.solver import solve
 
     left = max(0.05, seconds - (time.monotonic() - start))
@@ -291,18 +294,20 @@ def _solve(
     cheap = bounds.refute_l2(problem)
     if cheap is not None:
         return Outcome(SolveStatus.INFEASIBLE, notes=[cheap.reason]), Method.BOUND
-    progress_note = None
+    progress_note, share = None, 0.0
     if patterns.eligible(problem):
         # a pure packing (one split each): the pattern model finds or refutes it, most often at
-        # once; what it leaves undecided goes to the exact search with the time that is left
-        pk = patterns.solve(problem, seconds * _packing_share(problem))
+        # once; what it leaves undecided goes to the exact search with the time that is left,
+        # when that search has a model small enough to be worth building
+        share = _packing_share(problem)
+        pk = patterns.solve(problem, seconds * share)
         if pk.nodes is not None:
             return Outcome(SolveStatus.OPTIMAL, best, pk.nodes, ub, ub), Method.PATTERNS
         if pk.how == "refuted":
             return Outcome(SolveStatus.INFEASIBLE, notes=[pk.reason]), Method.BOUND
         progress_note = pk.reason
     left = seconds - (time.monotonic() - start)
-    if progress_note is not None and left < 0.05:
+    if progress_note is not None and (left < 0.05 or share == 1.0):
         return Outcome(SolveStatus.UNKNOWN, notes=[progress_note]), Method.PATTERNS
     from planner.search.solver import solve
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from planner.model.options import TypeProblem
 
 SCALE = 1 << 20  # dual weights are scaled to integers with this many steps per unit
+QUICK_CELLS = 2_000_000  # a pricing past this many cells first tries a coarser, quicker one
 DP_CELLS = 30_000_000  # a knapsack with fewer (parts × capacity) cells is solved by dynamic programming
 
 
@@ -117,9 +118,16 @@ def l2(sizes: Sequence[int], demand: Sequence[int], capacity: int) -> int:
 
 
 def knapsack(
-    values: Sequence[int], sizes: Sequence[int], copies: Sequence[int], capacity: int, seconds: float = 1.0
+    values: Sequence[int],
+    sizes: Sequence[int],
+    copies: Sequence[int],
+    capacity: int,
+    seconds: float = 1.0,
+    exact: bool = True,
 ) -> tuple[int, list[int], bool]:
     """max Σ v·a with Σ g·a ≤ capacity, 0 ≤ a ≤ copies, integers: (value, a, proven optimal).
+
+    ``exact=False`` allows a quick answer on a large capacity (a good pattern, not the best).
 
     Copies are split in powers of two (1, 2, 4, ..., rest), so the bounded knapsack is a 0/1 one
     of a few items per size, solved exactly by OR-Tools' branch and bound. If that is cut short,
@@ -141,6 +149,13 @@ def knapsack(
     counts = [0] * len(sizes)
     if not parts:
         return 0, counts, True
+    if not exact and len(parts) * (capacity + 1) > QUICK_CELLS:
+        # a quick pricing: sizes rounded up and the capacity down to a coarser unit, so every
+        # pattern found fits (its value is exact for it; the best may be missed)
+        unit = -(-len(parts) * (capacity + 1) // QUICK_CELLS)
+        coarse = [-(-g // unit) for g in sizes]
+        value, counts, _ = _dp(values, coarse, parts, capacity // unit, counts)
+        return value, counts, False
     if len(parts) * (capacity + 1) <= DP_CELLS:
         return _dp(values, sizes, parts, capacity, counts)
     solver = knapsack_solver.KnapsackSolver(
@@ -307,6 +322,7 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
     value = 0.0
     primal: list[float] = []
     lower = 0.0
+    quick_failed = False
     while time.monotonic() < deadline:
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
             break
@@ -315,17 +331,23 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
         weights = [int(p * SCALE) for p in duals]
         sigmas = [min(0.0, cv.dual_value()) for cv in cap]  # read before columns change the model
         primal = [v.solution_value() for v in variables]
-        added, top = 0, 0
+        added, top, exact = 0, 0, quick_failed
         for c, ((free, _), sigma) in enumerate(zip(bins.classes, sigmas, strict=True)):
-            v, a, _ = knapsack(weights, bins.sizes, bins.demand, free, max(0.01, deadline - time.monotonic()))
+            v, a, optimal = knapsack(
+                weights, bins.sizes, bins.demand, free, max(0.01, deadline - time.monotonic()), exact
+            )
+            exact = exact and optimal
             top = max(top, v)
             if v > (1.0 - sigma) * SCALE * (1 + 1e-9) + 1 and (c, tuple(a)) not in seen:
                 add((c, tuple(a)))
                 added += 1
-        if not added:
+        quick_failed = not added and not exact  # the quick pricing found nothing: price exactly
+        if not added and exact:
             converged = True
             break
-        if len(bins.classes) == 1 and top > 0:
+        if quick_failed:
+            continue
+        if exact and len(bins.classes) == 1 and top > 0:
             # Farley's bound: no node holds more than ``top`` of these weights
             lower = max(lower, sum(w * d for w, d in zip(weights, bins.demand, strict=True)) / top)
             if lower > bins.nodes + 1e-9 or math.ceil(lower - 1e-9) >= math.ceil(value - 1e-9):
