@@ -94,16 +94,17 @@ def write(name: str, bins: int) -> tuple[str, str]:
     return str(p), str(n)
 
 
-def gpuplan(plan: str, nodes: str, seconds: float) -> tuple[float, float, dict[str, Any] | None]:
+def gpuplan(plan: str, nodes: str, seconds: float) -> tuple[float, float, dict[str, Any] | None, float]:
+    """Wall seconds, peak MB, the JSON answer (None: killed) and CPU seconds of one plan."""
     with tempfile.TemporaryFile() as out:
         cmd = [*CLI, "plan", plan, "--nodes", nodes, "-o", "json", "-q", "--time-limit", str(seconds)]
         m = launch(cmd, stdout=out, stderr=subprocess.DEVNULL, timeout=seconds * 3 + 10)
         if m.timed_out:
-            return m.wall_s, 0.0, None
+            return m.wall_s, 0.0, None, 0.0
         if m.returncode not in (0, 3):
             raise SystemExit(f"{' '.join(cmd)} exited {m.returncode}")
         out.seek(0)
-        return m.wall_s, m.peak_rss_mb, json.loads(out.read())
+        return m.wall_s, m.peak_rss_mb, json.loads(out.read()), m.cpu_s
 
 
 def cpsat(name: str, bins: int, seconds: float) -> tuple[float, float, dict[str, Any] | None]:
@@ -141,7 +142,7 @@ def conflict_is_minimal(name: str, bins: int, res: dict[str, Any], seconds: floa
         p, n = OUT / "binpack-drop-plan.json", OUT / "binpack-drop-nodes.json"
         p.write_text(json.dumps(trial))
         n.write_text(json.dumps(nodes))
-        _, _, out = gpuplan(str(p), str(n), seconds)
+        _, _, out, _ = gpuplan(str(p), str(n), seconds)
         if out is None or not out.get("feasible"):
             return f"NOT MINIMAL (without {op} the rest does not fit, or was not decided)"
     return f"checked ({len(by_size)} sizes)"
@@ -165,7 +166,8 @@ def main() -> int:
     args = ap.parse_args()
     rows: list[dict[str, Any]] = []
     head = (
-        f"{'instance':<20} {'family':<13} {'n':>4} {'bins':>5}  {'gpuplan':<10} {'wall s':>7} {'MB':>5}"
+        f"{'instance':<20} {'family':<13} {'n':>4} {'bins':>5}"
+        f"  {'gpuplan':<10} {'wall s':>7} {'cpu s':>6} {'MB':>5}"
         f"  {'cp-sat':<9} {'wall s':>7} {'MB':>5}  how"
     )
     print(head, flush=True)
@@ -176,7 +178,7 @@ def main() -> int:
         for bins in (optimum, optimum - 1):
             plan, nodes = write(name, bins)
             # the whole command is held to the limit: a second of it for the process to start
-            wall, mb, res = gpuplan(plan, nodes, args.seconds - 1.0)
+            wall, mb, res, cpu = gpuplan(plan, nodes, args.seconds - 1.0)
             if res is not None and res.get("feasible"):
                 problems = validate(plan, nodes, res)
                 if problems:
@@ -197,15 +199,15 @@ def main() -> int:
             methods = sorted({s["method"] for s in (res or {}).get("search", [])})
             row: dict[str, Any] = {
                 "instance": name, "family": family, "items": len(weights), "bins": bins, "optimum": optimum,
-                "gpuplan": verdict(res), "wall": wall, "mb": mb, "cpsat": c_what, "cpsat_wall": c_wall,
-                "cpsat_mb": c_mb, "minimal": minimal,
+                "gpuplan": verdict(res), "wall": wall, "cpu": cpu, "mb": mb,
+                "cpsat": c_what, "cpsat_wall": c_wall, "cpsat_mb": c_mb, "minimal": minimal,
                 "methods": methods,
                 "conflict_minimal": bool(res and res.get("conflicts") and res["conflicts"][0].get("minimal")),
             }  # fmt: skip
             rows.append(row)
             print(
                 f"{name:<20} {family:<13} {len(weights):>4} {bins:>5}"
-                f"  {row['gpuplan']:<10} {wall:>7.2f} {mb:>5.0f}"
+                f"  {row['gpuplan']:<10} {wall:>7.2f} {cpu:>6.2f} {mb:>5.0f}"
                 f"  {c_what:<9} {c_wall:>7.2f} {c_mb:>5.0f}  {'/'.join(methods)} {minimal}",
                 flush=True,
             )

@@ -352,9 +352,16 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
             lower = max(lower, sum(w * d for w, d in zip(weights, bins.demand, strict=True)) / top)
             if lower > bins.nodes + 1e-9 or math.ceil(lower - 1e-9) >= math.ceil(value - 1e-9):
                 break  # refuted, or the rounded-up bound is settled: more rounds change nothing
-    refuted, needed = certificate(bins, weights, max(0.05, deadline - time.monotonic()))
-    if not refuted and bins.classes and len(bins.classes) == 1:
-        needed = max(needed, math.ceil(value - 1e-6) if converged else needed)
+    # the exact check costs a knapsack over the whole capacity per class: only where it can
+    # succeed (Farley's bound, or the converged LP, above the nodes there are)
+    hopeful = lower > bins.nodes + 1e-9 or (
+        value > bins.nodes + 1e-6 and (converged or len(bins.classes) > 1)
+    )
+    refuted, needed = False, math.ceil(lower - 1e-9)
+    if hopeful:
+        refuted, needed = certificate(bins, weights, max(0.05, deadline - time.monotonic()))
+    if not refuted and len(bins.classes) == 1 and converged:
+        needed = max(needed, math.ceil(value - 1e-6))
     return LpBound(value, converged, refuted, needed, weights, cols, primal, time.monotonic() - start)
 
 
