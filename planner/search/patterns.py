@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.model.options import TypeProblem
-from planner.search.bounds import Bins, LpBound, bins_of, lp_bound, refute_lp
+from planner.search.bounds import Bins, LpBound, bins_of, l2, lp_bound, refute_lp
 from planner.search.place import NodeCounts
 
 Column = tuple[int, tuple[int, ...]]  # (class, instances per size)
@@ -322,11 +322,12 @@ def _place(problem: TypeProblem, bins: Bins, chosen: Sequence[Column]) -> list[N
 
 def _undecided(bins: Bins, lp: LpBound) -> str:
     """How far the packing model got, for a type it could neither pack nor refute in time."""
-    lp_text = f"{lp.value:.2f}" + ("" if lp.converged else " (not converged)")
-    return (
-        f"no packing found in time; the LP bound needs {lp_text} nodes of {bins.nodes} usable "
-        f"(at least {max(lp.needed, 1)}), so a packing may exist"
-    )
+    low = max(lp.needed, l2(bins.sizes, bins.demand, bins.largest))
+    if lp.converged:
+        where = f"the LP bound needs {lp.value:.2f} nodes ({bins.nodes} usable)"
+    else:  # the restricted LP's value is only an upper estimate of the bound
+        where = f"the LP bound was not settled in time: {low} to {lp.value:.2f} nodes ({bins.nodes} usable)"
+    return f"no packing found in time; {where}, so a packing may exist"
 
 
 def solve(problem: TypeProblem, seconds: float) -> Packing:
