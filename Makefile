@@ -7,7 +7,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test unit view e2e chaos lint bench bench-planner bench-operator bench-loadtest golden helm \
+.PHONY: help install test unit view e2e chaos lint bench bench-planner bench-packing bench-operator bench-loadtest golden helm \
 	image cluster-up cluster-down demo clean
 
 help: ## list the targets
@@ -46,10 +46,13 @@ lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift, 
 	bash hack/check-crd-drift.sh
 	bash hack/check-doc-references.sh
 
-bench: bench-planner bench-operator bench-loadtest ## every benchmark: planner scale, operator end to end, load tester vs vegeta
+bench: bench-planner bench-packing bench-operator bench-loadtest ## every benchmark: planner scale, packings, operator end to end, load tester vs vegeta
 
 bench-planner: ## the planner's scale curve (100-5,000 nodes) against the previous release and brute force
 	$(BIN)/python bench/run.py
+
+bench-packing: ## 22 classic bin-packing instances at their optimum and one node fewer, beside plain CP-SAT (~15 min)
+	$(BIN)/python bench/binpack.py --check-minimal
 
 bench-operator: ## kubectl apply to every pod Running, 100 and 1,000 kwok nodes (starts the local cluster)
 	bash hack/cluster-up.sh

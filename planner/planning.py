@@ -5,8 +5,13 @@ Notes
 Types are solved one after another, each with a fair share of what is left of the time budget
 (a type that finishes early leaves its time to the next). The fast path answers most re-plans
 without a solver: if the best split of every request fits, the score equals the upper bound.
-When a type has no plan, a deletion filter shrinks its requests to an irreducible conflict:
-the requests that cannot fit together, such that dropping any one of them lets the rest fit.
+A type whose requests each have one split is a pure packing: bounds (L2, the LP bound) refute it
+at once where they can, and a pattern model packs it where the greedy does not
+(:mod:`planner.search.patterns`); what they leave open goes to the exact search.
+
+When a type has no plan, a deletion filter shrinks its requests to a conflict: requests that
+cannot fit together. It is called minimal only when dropping any one of them was shown to let the
+rest fit; otherwise it says so.
 """
 
 from __future__ import annotations
@@ -18,15 +23,28 @@ from fractions import Fraction
 
 from planner.base.codes import ConflictKind, Method, SolveStatus
 from planner.model.devices import natural
-from planner.model.options import Item, TypeProblem, build_problems
-from planner.model.result import Allocation, Conflict, PlanResult, TypeStats
+from planner.model.options import TypeProblem, build_problems
+from planner.model.result import Allocation, Conflict, PlanResult, TypeStats, gap
 from planner.model.result import Previous as PreviousPlan
 from planner.model.spec import PlanSpec, ResourceKind, Snapshot
 from planner.node.pods import concerned, cpu_by_node, cpu_note, cpu_warnings, layout
+from planner.search import bounds, patterns
 from planner.search.outcome import Outcome, Progress
 from planner.search.place import Previous, PreviousDevices, greedy_place, improvable, moved
 
 CONFLICT_SECONDS = 10.0  # at most this long to shrink one type's conflict
+PACKING_SHARE = 0.6  # of a pure packing's time, what the pattern model may use first
+PER_NODE_CELLS = 1_000  # a per-node model of more (requests × nodes) cells is no help to a packing
+
+
+def _packing_share(problem: TypeProblem) -> float:
+    """The pattern model's share of a pure packing's time: all of it, unless an exact model that
+    is small (the node-class model, or a per-node one of a few thousand cells) can use the rest."""
+    from planner.search import classes
+
+    if len(problem.items) * len(problem.nodes) <= PER_NODE_CELLS or classes.build(problem) is not None:
+        return PACKING_SHARE
+    return 1.0
 
 
 def free_summary(problem: TypeProblem) -> str:
@@ -38,41 +56,74 @@ def free_summary(problem: TypeProblem) -> str:
     return ", ".join(parts) or "none"
 
 
-def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool | None:
-    """Can these items be placed together with some choice of splits? None: not decided in time."""
-    if not subset:
-        return True
-    if sum(problem.items[i].request.cards for i in subset) > sum(f for _, f in problem.nodes):
-        return False
-    sub = TypeProblem(
+def _subproblem(problem: TypeProblem, subset: list[int]) -> TypeProblem:
+    """The type with only these requests (renumbered), on the same nodes."""
+    return TypeProblem(
         problem.resource,
         problem.nodes,
         tuple(replace(it, index=n) for n, it in enumerate(problem.items[i] for i in subset)),
     )
+
+
+def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool | None:
+    """Can these items be placed together with some choice of splits? None: not decided in time.
+
+    Cheapest first: counting, the greedy (a placement proves it), L2, then the packing model for
+    a pure packing (which finds or refutes most at once), then the exact search.
+    """
+    if not subset:
+        return True
+    if sum(problem.items[i].request.cards for i in subset) > sum(f for _, f in problem.nodes):
+        return False
+    sub = _subproblem(problem, subset)
     if greedy_place(sub, [0] * len(subset)) is not None:
         return True
+    if bounds.refute_l2(sub) is not None:
+        return False
+    start = time.monotonic()
+    if patterns.eligible(sub):
+        share = _packing_share(sub)
+        pk = patterns.solve(sub, seconds * share)
+        if pk.nodes is not None:
+            return True
+        if pk.how == "refuted":
+            return False
+        if share == 1.0:
+            return None
     from planner.search.solver import solve
 
-    out = solve(problem, seconds=seconds, subset=subset, optimize=False)
+    left = max(0.05, seconds - (time.monotonic() - start))
+    out = solve(problem, seconds=left, subset=subset, optimize=False)
     return {SolveStatus.INFEASIBLE: False, SolveStatus.UNKNOWN: None}.get(out.status, True)
 
 
-def conflict(problem: TypeProblem, seconds: float = 10.0) -> Conflict:
-    """An irreducible set of this type's requests that cannot be placed together (see _conflict)."""
-    found = _conflict(problem, seconds)
+def conflict(problem: TypeProblem, seconds: float = 10.0, proof: Outcome | None = None) -> Conflict:
+    """A set of this type's requests that cannot be placed together, irreducible where shown so.
+
+    ``proof``: the outcome that refuted the type, whose notes may name a smaller set to start from.
+    """
+    found = _conflict(problem, seconds, proof)
     notes = [n for n in (problem.note, problem.cpu_note) if n]
     if not notes:
         return found
-    return Conflict(found.resource, found.kind, found.operators, "; ".join([found.detail, *notes]))
+    return replace(found, detail="; ".join([found.detail, *notes]))
 
 
-def _conflict(problem: TypeProblem, seconds: float) -> Conflict:
-    """An irreducible set of this type's requests that cannot be placed together.
+def _shape(problem: TypeProblem, i: int) -> tuple[object, ...]:
+    """Requests of one shape are interchangeable: dropping either leaves the same question."""
+    it = problem.items[i]
+    return (it.strategy, it.splits)
 
-    Three cases, cheapest proof first: a request with no admissible split is a conflict alone;
-    if the requests want more cards than the nodes have free, the fewest largest requests that
-    overflow the free cards are one (each is needed for the overflow); otherwise a deletion
-    filter drops every request whose removal leaves the rest still infeasible.
+
+def _conflict(problem: TypeProblem, seconds: float, proof: Outcome | None) -> Conflict:
+    """A set of this type's requests that cannot be placed together.
+
+    A request with no admissible split is a conflict alone. Otherwise a deletion filter drops
+    every request whose removal leaves the rest still infeasible, starting from the smallest set
+    known not to fit: the fewest largest requests that overflow the free cards, or the requests
+    a bound's certificate needs. The set is called minimal only when every request left was
+    shown needed (dropping it lets the rest fit); dropping requests never makes a packing
+    harder, so a request shown needed stays needed as the set shrinks.
     """
     name = problem.resource.name
     for it in problem.items:
@@ -83,25 +134,32 @@ def _conflict(problem: TypeProblem, seconds: float) -> Conflict:
             )
     total_free = sum(f for _, f in problem.nodes)
     where = f"{len(problem.nodes)} usable nodes, free cards per node: {free_summary(problem)}"
-    if sum(it.request.cards for it in problem.items) > total_free:
-        picked: list[Item] = []
-        for it in sorted(problem.items, key=lambda i: (-i.request.cards, i.index)):
-            picked.append(it)
-            if sum(p.request.cards for p in picked) > total_free:
-                break
-        picked.sort(key=lambda i: i.index)
-        cards = sum(p.request.cards for p in picked)
-        return Conflict(
-            name,
-            ConflictKind.OVERBOOKED,
-            tuple(p.label for p in picked),
-            f"together they need {cards} {name} cards, only {total_free} are free ({where})",
-        )
     deadline = time.monotonic() + seconds
     core = [it.index for it in problem.items]
+    why = ""
+    if sum(it.request.cards for it in problem.items) > total_free:
+        # the fewest largest requests that overflow the free cards: each is needed for the
+        # overflow, though a smaller set may still not pack (the filter below looks)
+        picked: list[int] = []
+        for it in sorted(problem.items, key=lambda i: (-i.request.cards, i.index)):
+            picked.append(it.index)
+            if sum(problem.items[i].request.cards for i in picked) > total_free:
+                break
+        core = sorted(picked)
+    else:
+        refuted = bounds.refute_l2(problem) or (
+            bounds.refute(problem, min(2.0, seconds / 4)) if proof is not None else None
+        )
+        if refuted is not None:
+            core, why = sorted(refuted.items), refuted.reason
     undecided = False
+    # shapes whose drop was shown to fit: dropping requests never hurts, so that stays shown for
+    # every smaller core, and requests of one shape are interchangeable
+    fits: set[tuple[object, ...]] = set()
     # try to drop the small requests first, so the conflict names the ones that crowd the nodes
     for idx in sorted(core, key=lambda i: (problem.items[i].request.cards, i)):
+        if _shape(problem, idx) in fits:
+            continue
         trial = [i for i in core if i != idx]
         left = deadline - time.monotonic()
         verdict = _feasible(problem, trial, min(left, 2.0)) if left > 0 else None
@@ -109,15 +167,37 @@ def _conflict(problem: TypeProblem, seconds: float) -> Conflict:
             core = trial
         elif verdict is None:
             undecided = True
+        else:
+            fits.add(_shape(problem, idx))
+    minimal = not undecided or len(core) == 1
     items = [problem.items[i] for i in core]
     cards = sum(it.request.cards for it in items)
-    detail = (
-        f"{', '.join(f'{it.label} ({it.request.cards})' for it in items)}: {cards} {name} cards "
-        f"cannot be split and placed on {where}"
-    )
-    if undecided:
-        detail += " (not proven minimal within the time budget)"
-    return Conflict(name, ConflictKind.PACKING, tuple(it.label for it in items), detail)
+    labels = tuple(it.label for it in items)
+    if cards > total_free:
+        kind = ConflictKind.OVERBOOKED
+        detail = f"together they need {cards} {name} cards, only {total_free} are free ({where})"
+    else:
+        kind = ConflictKind.PACKING
+        detail = (
+            f"{', '.join(f'{it.label} ({it.request.cards})' for it in items)}: {cards} {name} cards "
+            f"cannot be split and placed on {where}"
+        )
+    if why:
+        detail += f" ({why})"
+    if not minimal:
+        detail += "; these cannot fit together; not shown minimal within the time budget"
+    return Conflict(name, kind, labels, detail, minimal)
+
+
+def _progress(out: Outcome) -> str | None:
+    """How far a search that ran out of time got: its best plan against its bound, or its notes."""
+    if out.status is SolveStatus.FEASIBLE and out.score is not None and out.bound is not None:
+        g = gap(out.score, out.bound)
+        pct = f", gap {float(g) * 100:.2f}%" if g is not None else ""
+        return f"best found {float(out.score):.6g}, bound {float(out.bound):.6g}{pct}"
+    if out.status is SolveStatus.UNKNOWN and out.notes:
+        return "; ".join(out.notes)
+    return None
 
 
 def _zone_of(problem: TypeProblem) -> dict[tuple[str, str], str]:
@@ -207,14 +287,34 @@ def _solve(
     """The score: the fast path when the best splits place greedily, else the exact search."""
     best = [0] * len(problem.items)
     placed = greedy_place(problem, best, previous)
+    ub = problem.upper_bound
     if placed is not None:
-        ub = problem.upper_bound
         return Outcome(SolveStatus.OPTIMAL, best, placed, ub, ub), Method.FAST_PATH
+    start = time.monotonic()
+    cheap = bounds.refute_l2(problem)
+    if cheap is not None:
+        return Outcome(SolveStatus.INFEASIBLE, notes=[cheap.reason]), Method.BOUND
+    progress_note, share = None, 0.0
+    if patterns.eligible(problem):
+        # a pure packing (one split each): the pattern model finds or refutes it, most often at
+        # once; what it leaves undecided goes to the exact search with the time that is left,
+        # when that search has a model small enough to be worth building
+        share = _packing_share(problem)
+        pk = patterns.solve(problem, seconds * share)
+        if pk.nodes is not None:
+            return Outcome(SolveStatus.OPTIMAL, best, pk.nodes, ub, ub), Method.PATTERNS
+        if pk.how == "refuted":
+            return Outcome(SolveStatus.INFEASIBLE, notes=[pk.reason]), Method.BOUND
+        progress_note = pk.reason
+    left = seconds - (time.monotonic() - start)
+    if progress_note is not None and (left < 0.05 or share == 1.0):
+        return Outcome(SolveStatus.UNKNOWN, notes=[progress_note]), Method.PATTERNS
     from planner.search.solver import solve
 
-    return solve(
-        problem, seconds=seconds, workers=workers, previous=previous, progress=progress
-    ), Method.CP_SAT
+    out = solve(problem, seconds=max(0.05, left), workers=workers, previous=previous, progress=progress)
+    if out.status is SolveStatus.UNKNOWN and progress_note:
+        out.notes.append(progress_note)
+    return out, Method.CP_SAT
 
 
 def _solve_with_devices(
@@ -299,14 +399,18 @@ def plan(
             out.seconds,
             out.branches,
             problem.upper_bound,
+            _progress(out),
         )
         if out.status is SolveStatus.INFEASIBLE:
-            failed[i] = conflict(problem, seconds=min(CONFLICT_SECONDS, share))
+            # the conflict search explains, it does not decide: half of the type's share of the
+            # time limit at most, within what is left of it (a moment to try, at least)
+            left = max(0.2, deadline - time.monotonic())
+            failed[i] = conflict(problem, seconds=min(CONFLICT_SECONDS, share / 2, left), proof=out)
             continue
         if out.choice is None or out.nodes is None:
-            detail = "no plan found within the time budget (not proven impossible)"
+            detail = "; ".join(["no plan found within the time budget (not proven impossible)", *out.notes])
             labels = tuple(it.label for it in problem.items)
-            failed[i] = Conflict(problem.resource.name, ConflictKind.TIMEOUT, labels, detail)
+            failed[i] = Conflict(problem.resource.name, ConflictKind.TIMEOUT, labels, detail, minimal=False)
             unknown.append(problem.resource.name)
             continue
         placed[i] = _allocations(problem, out)

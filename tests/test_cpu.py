@@ -117,6 +117,7 @@ def test_a_cpu_request_that_cannot_fit_names_itself_and_keeps_the_gpu_plan_visib
             "kind": "NoSplit",
             "requests": ["face_1vn"],
             "detail": doc["conflicts"][0]["detail"],
+            "minimal": True,
         }
     ]
     assert {a["resource"] for a in doc["partialAllocations"]} == {"P4"}, "the types that have a plan"

@@ -27,6 +27,8 @@ class Method(StrEnum):
 
     FAST_PATH = "fast-path"  # every request's best split placed greedily: the upper bound, reached
     CP_SAT = "cp-sat"  # the exact search
+    PATTERNS = "patterns"  # the packing model (column generation over patterns) found a packing
+    BOUND = "bound"  # a lower bound (L2 or the LP bound, with a checked certificate) refuted it
     COUNTING = "counting"  # more units requested than are free
     NONE = "none"  # a request has no admissible split at all
 

@@ -91,12 +91,15 @@ def previous_placements(allocations: tuple[Allocation, ...]) -> Previous:
 
 @dataclass(frozen=True)
 class Conflict:
-    """Requests of one type that cannot be placed together (dropping any one of them helps)."""
+    """Requests of one type that cannot be placed together (``minimal``: dropping any one helps)."""
 
     resource: str
     kind: ConflictKind
     operators: tuple[str, ...]
     detail: str
+    # proven irreducible: dropping any one of them was shown to let the rest fit (or it is one
+    # request); False: these cannot fit together, but a smaller set might not either
+    minimal: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,6 +107,7 @@ class Conflict:
             "kind": self.kind.value,
             "requests": list(self.operators),
             "detail": self.detail,
+            "minimal": self.minimal,
         }
 
 
@@ -117,9 +121,10 @@ class TypeStats:
     seconds: float
     branches: int
     upper_bound: Fraction
+    progress: str | None = None  # how far an undecided search got (its bound, what it found)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "resource": self.resource,
             "nodes": self.nodes,
             "requests": self.requests,
@@ -128,10 +133,20 @@ class TypeStats:
             "seconds": round(self.seconds, 4),
             "branches": self.branches,
         }
+        if self.progress:
+            out["progress"] = self.progress
+        return out
 
 
 def number(value: Fraction | None) -> float | None:
     return None if value is None else round(float(value), 6)
+
+
+def gap(score: Fraction | None, bound: Fraction | None) -> Fraction | None:
+    """How far the best plan found may be from the best there is: (bound − score) / |bound|."""
+    if score is None or bound is None:
+        return None
+    return (bound - score) / abs(bound) if bound else bound - score
 
 
 @dataclass(frozen=True)
@@ -176,6 +191,7 @@ class PlanResult:
         }
         if self.bound is not None and self.bound != self.score:
             out["bound"] = number(self.bound)
+            out["gap"] = number(gap(self.score, self.bound))
         if self.moved is not None:
             out["moved"] = self.moved
         if self.reason:

@@ -17,7 +17,7 @@ from fractions import Fraction
 from planner.base.codes import ConflictKind, SolveStatus
 from planner.base.strategies import Topology
 from planner.model.options import Item, Split, TypeProblem
-from planner.model.result import Allocation, PlanResult
+from planner.model.result import Allocation, PlanResult, gap
 from planner.model.spec import PlanSpec, ResourceKind
 
 
@@ -89,6 +89,8 @@ def _type_section(
     free = [f for _, f in problem.nodes]
     st = next((s for s in result.stats if s.resource == name), None)
     how = f"; decided by {st.method} in {st.seconds:.2f}s" if st else ""
+    if st and st.progress:
+        how += f" ({st.progress})"
     lines = [
         "",
         f"{name}: {len(free)} usable nodes, {sum(free)} {unit} free (per node: {_free_text(free)}); "
@@ -207,10 +209,20 @@ def _conflict_lines(result: PlanResult) -> list[str]:
             continue
         lines.append(f"  {c.resource}: these requests cannot be placed together: {', '.join(c.operators)}")
         lines.append(f"    {c.detail}")
-        lines.append("    dropping or shrinking any one of them makes the rest fit")
+        if c.minimal:
+            lines.append("    dropping or shrinking any one of them makes the rest fit")
+        else:
+            lines.append("    not shown minimal: a smaller set of them may not fit either")
     if result.reason and not result.conflicts:
         lines.append(f"  {result.reason}")
     return lines
+
+
+def _gap_text(result: PlanResult) -> str:
+    """A plan cut short by the time limit: the best found, the bound, and how far apart."""
+    text = f"best found, bound {_num(result.bound)}"
+    g = gap(result.score, result.bound)
+    return text + (f", gap {float(g) * 100:.2f}%" if g is not None else "")
 
 
 def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
@@ -227,7 +239,7 @@ def explain(spec: PlanSpec, result: PlanResult, budget: float = 10.0) -> str:
         if result.warnings:
             lines += ["", *(f"warning: {w}" for w in result.warnings)]
         return "\n".join(lines) + "\n"
-    status = "optimal (proven)" if result.optimal else f"best found, bound {_num(result.bound)}"
+    status = "optimal (proven)" if result.optimal else _gap_text(result)
     lines = [head + f"score {_num(result.score)}, {status}"]
     lines.append(f"cards placed {result.cards_placed}/{result.cards_requested}")
     if result.moved is not None:

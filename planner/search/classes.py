@@ -50,6 +50,7 @@ from planner.search.cpsat import cp_model
 from planner.search.place import FreeUnits, NodeCounts, Previous
 
 MAX_PATTERNS = 5_000  # past this many patterns in all, the per-node model is the better tool
+STEPS_PER_PATTERN = 20  # the enumeration's walk may take this many steps per pattern allowed
 
 Pattern = tuple[int, ...]  # counts per size, aligned with ClassModel.sizes
 
@@ -59,8 +60,15 @@ def maximal_patterns(capacity: int, sizes: Sequence[int], limit: int) -> list[Pa
     out: list[Pattern] = []
     smallest = min(sizes)
     counts = [0] * len(sizes)
+    # partial fills that lead to no maximal pattern cost time too: with many sizes on a large
+    # node they outnumber the patterns by far (a minute for 160 sizes on 1,000 units), so the
+    # walk itself has a budget
+    steps = [STEPS_PER_PATTERN * limit]
 
     def fill(i: int, left: int) -> bool:
+        steps[0] -= 1
+        if steps[0] < 0:
+            return False
         if i == len(sizes):
             if left < smallest:
                 out.append(tuple(counts))

@@ -118,7 +118,13 @@ def test_conditions_have_the_metav1_condition_shape() -> None:
         "lastTransitionTime",
         "observedGeneration",
     }
-    assert set(props["conflicts"]["items"]["properties"]) == {"resource", "kind", "requests", "detail"}
+    assert set(props["conflicts"]["items"]["properties"]) == {
+        "resource",
+        "kind",
+        "requests",
+        "detail",
+        "minimal",
+    }
     assert props["conflicts"]["items"]["properties"]["kind"]["description"].count("TimedOut") == 1
 
 

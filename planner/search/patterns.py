@@ -1,0 +1,353 @@
+"""The packing model: find a placement the greedy misses, or prove there is none.
+
+Notes
+-----
+A type whose requests each admit exactly one split, none of them needing several distinct nodes
+(``special`` requests, CPU requests, ``single`` ones, one-instance services), has a fixed score:
+every plan that fits is optimal, and the question is only whether the instances can be packed.
+That is bin packing with nodes of a few sizes, and this module answers it the way a cutting-stock
+solver does (price and branch over the Gilmore–Gomory pattern model):
+
+1. **The LP and its certificate** (:mod:`planner.search.bounds`): column generation over patterns
+   (multisets of instance sizes that fit a node); when its checked certificate says no packing
+   exists, the type is refuted at once.
+2. **Rounding the LP**: the patterns the LP uses a whole number of times are kept, and the few
+   instances left over are packed best-fit decreasing into the nodes left over. On the classic
+   families (and on a cluster, where sizes repeat) this finds a packing on the LP bound at once.
+3. **The restricted master as an integer program**: CP-SAT chooses how many nodes of each class
+   take each generated pattern, every size covered, hinted with the rounding. Any solution it
+   finds is a packing.
+
+Instances of one size are interchangeable here (their requests score 0 whatever the split, and
+none needs distinct nodes), so a packing of sizes is turned into a placement of requests by
+handing out the slots in request order. When nothing is found within the time, the caller goes
+on with the exact search it always had.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planner.model.options import TypeProblem
+from planner.search.bounds import Bins, LpBound, bins_of, l2, lp_bound, refute_lp
+from planner.search.place import NodeCounts
+
+Column = tuple[int, tuple[int, ...]]  # (class, instances per size)
+MAX_BACKTRACKS = 40  # a dive gives up after undoing this many choices
+EXACT_INSTANCES = 45  # a residual of at most this many instances is packed exactly (CP-SAT)
+EXACT_SECONDS = 1.0  # for at most this long
+
+
+def eligible(problem: TypeProblem) -> bool:
+    """A pure packing: every request has one split, and none needs several distinct nodes."""
+    return bool(problem.items) and all(
+        len(it.splits) == 1 and (not it.distinct or it.splits[0].instances == 1) for it in problem.items
+    )
+
+
+@dataclass
+class Packing:
+    """What the packing model established: a placement, a refutation, or neither in time."""
+
+    nodes: list[NodeCounts] | None  # per item, node -> instances (a packing was found)
+    lp: LpBound | None
+    how: str  # "rounding", "diving", "master", "refuted", "" (undecided)
+    reason: str = ""  # the refutation, or how far an undecided search got, in words
+    items: tuple[int, ...] = ()  # refuted: the requests the proof needs (they cannot fit together)
+
+
+def _rounding(bins: Bins, lp: LpBound) -> list[Column] | None:
+    """Keep the whole part of the LP's patterns; best-fit decreasing for what is left."""
+    used: list[Column] = []
+    left = list(bins.demand)
+    nodes_left = [n for _, n in bins.classes]
+    for col, x in sorted(zip(lp.columns, lp.primal, strict=False), key=lambda cx: -cx[1]):
+        c, a = col
+        k = min(math.floor(x + 1e-6), nodes_left[c])
+        for _ in range(k):
+            t = tuple(min(n, left[j]) for j, n in enumerate(a))
+            if not any(t):
+                break
+            used.append((c, t))
+            nodes_left[c] -= 1
+            left = [x - y for x, y in zip(left, t, strict=True)]
+    # best-fit decreasing of the rest into the remaining nodes (and room left in the kept ones)
+    bins_room: list[tuple[int, int, list[int]]] = []  # (room, class, counts) per node in use or free
+    for c, a in used:
+        room = bins.classes[c][0] - sum(n * g for n, g in zip(a, bins.sizes, strict=True))
+        bins_room.append((room, c, list(a)))
+    for c, n in enumerate(nodes_left):
+        bins_room += [(bins.classes[c][0], c, [0] * len(bins.sizes)) for _ in range(n)]
+    for j, g in enumerate(bins.sizes):
+        for _ in range(left[j]):
+            fit = min(
+                (b for b in range(len(bins_room)) if bins_room[b][0] >= g),
+                key=lambda b: bins_room[b][0],
+                default=None,
+            )
+            if fit is None:
+                return None
+            room, c, counts = bins_room[fit]
+            counts[j] += 1
+            bins_room[fit] = (room - g, c, counts)
+    return [(c, tuple(counts)) for _, c, counts in bins_room if any(counts)]
+
+
+def _waste(bins: Bins, col: Column) -> int:
+    c, a = col
+    return bins.classes[c][0] - sum(n * g for n, g in zip(a, bins.sizes, strict=True))
+
+
+@dataclass
+class _Node:
+    """One point of the dive: what is fixed, what is left, and the LP of what is left."""
+
+    fixed: list[Column]
+    demand: list[int]
+    counts: list[int]
+    columns: list[Column]
+    primal: list[float]
+    tabu: set[Column]
+    solved: bool = True  # the LP of what is left has been solved (an empty primal: a dead end)
+    whole_tried: bool = False  # fixing every whole pattern at once was tried from here
+
+
+def _fix(bins: Bins, node: _Node, picks: Sequence[tuple[Column, int]]) -> _Node:
+    """A new point with ``copies`` nodes of each picked pattern fixed (trimmed to what is left)."""
+    fixed, demand, counts = list(node.fixed), list(node.demand), list(node.counts)
+    for (c, a), copies in picks:
+        for _ in range(copies):
+            take = tuple(min(n, d) for n, d in zip(a, demand, strict=True))
+            if not any(take) or counts[c] <= 0:
+                break
+            fixed.append((c, take))
+            counts[c] -= 1
+            demand = [d - n for d, n in zip(demand, take, strict=True)]
+    return _Node(fixed, demand, counts, node.columns, [], set(), solved=False)
+
+
+def _exact(bins: Bins, node: _Node, seconds: float) -> list[Column] | None:
+    """A small residual packed exactly: each instance on one of the nodes left (CP-SAT).
+
+    None when CP-SAT shows it cannot be done, or does not finish in ``seconds`` (either way a
+    dead end for the dive, which claims nothing from it).
+    """
+    from planner.search.cpsat import cp_model
+
+    m = cp_model.CpModel()
+    slots = [(c, bins.classes[c][0]) for c, n in enumerate(node.counts) for _ in range(n)]
+    instances = [j for j, d in enumerate(node.demand) for _ in range(d)]
+    x = {
+        (i, b): m.new_bool_var(f"x{i}_{b}")
+        for i, j in enumerate(instances)
+        for b, (_, free) in enumerate(slots)
+        if bins.sizes[j] <= free
+    }
+    for i in range(len(instances)):
+        m.add_exactly_one(x[i, b] for b in range(len(slots)) if (i, b) in x)
+    loads = []
+    for b, (_, free) in enumerate(slots):
+        load = sum(bins.sizes[j] * x[i, b] for i, j in enumerate(instances) if (i, b) in x)
+        m.add(load <= free)
+        loads.append(load)
+    for b in range(len(slots) - 1):  # nodes of one class are interchangeable: loads in order
+        if slots[b][0] == slots[b + 1][0]:
+            m.add(loads[b] >= loads[b + 1])
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, seconds)
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    out: list[Column] = []
+    for b, (c, _) in enumerate(slots):
+        a = [0] * len(bins.sizes)
+        for i, j in enumerate(instances):
+            if (i, b) in x and solver.boolean_value(x[i, b]):
+                a[j] += 1
+        if any(a):
+            out.append((c, tuple(a)))
+    return node.fixed + out
+
+
+def _resolve(bins: Bins, node: _Node, deadline: float) -> list[Column] | None:
+    """The LP of what is left at ``node`` (columns re-generated); its rounding if that packs.
+
+    Returns the packing when the rounding completes it; sets ``node.primal`` empty when the LP
+    shows what is left cannot be packed on the nodes left.
+    """
+    live = [c for c, n in enumerate(node.counts) if n > 0]
+    if not live:
+        node.primal = []
+        return None
+    classes = tuple((bins.classes[c][0], node.counts[c]) for c in live)
+    rest = Bins(bins.sizes, tuple(node.demand), classes, bins.items)
+    remap = {c: k for k, c in enumerate(live)}
+    trimmed = [
+        (remap[c], tuple(min(n, d) for n, d in zip(a, node.demand, strict=True)))
+        for c, a in node.columns
+        if c in remap
+    ]
+    sub = lp_bound(rest, max(0.05, deadline - time.monotonic()), trimmed)
+    if sub.refuted or (sub.converged and sub.value > rest.nodes + 1e-6) or not sub.primal:
+        node.primal = []
+        return None
+    rounded = _rounding(rest, sub)
+    if rounded is None and sum(node.demand) <= EXACT_INSTANCES:
+        done = _exact(bins, node, min(EXACT_SECONDS, deadline - time.monotonic()))
+        if done is None:
+            node.primal = []  # the dive backs up: this residual did not pack
+        return done
+    node.columns = [(live[c], a) for c, a in sub.columns]
+    node.primal = sub.primal
+    return None if rounded is None else node.fixed + [(live[c], a) for c, a in rounded]
+
+
+def _dive(bins: Bins, lp: LpBound, deadline: float) -> list[Column] | None:
+    """Diving with backtracking: fix patterns the LP uses, re-solve the LP of what is left.
+
+    Each step fixes every pattern the LP uses a whole number of times, or else the one it uses
+    most (least waste among equals) on one node, and re-generates columns for the residual, so
+    the LP keeps steering the rest. When the residual's LP shows it cannot be packed, the last
+    choice is undone and forbidden there, and the next best is tried (a few times in all). A dive
+    that fails claims nothing.
+    """
+    root = _Node(
+        [], list(bins.demand), [n for _, n in bins.classes], list(lp.columns), list(lp.primal), set()
+    )
+    stack: list[_Node] = []
+    node = root
+    backtracks = 0
+    while time.monotonic() < deadline:
+        if not any(node.demand):
+            return node.fixed
+        if not node.solved:
+            node.solved = True
+            done = _resolve(bins, node, deadline)
+            if done is not None:
+                return done
+        if not node.primal:  # dead end: back to the last choice, forbid it, try the next
+            if not stack or backtracks >= MAX_BACKTRACKS:
+                return None
+            backtracks += 1
+            node = stack.pop()
+            continue
+        whole = [
+            (col, math.floor(x + 1e-6))
+            for col, x in zip(node.columns, node.primal, strict=False)
+            if x >= 1 - 1e-6 and col not in node.tabu
+        ]
+        if whole and not node.whole_tried:
+            node.whole_tried = True
+            stack.append(node)
+            node = _fix(bins, node, whole)
+            continue
+        ranked = sorted(
+            (
+                (x, -_waste(bins, col), col)
+                for col, x in zip(node.columns, node.primal, strict=False)
+                if x > 1e-9 and col not in node.tabu
+            ),
+            reverse=True,
+        )
+        if not ranked:
+            node.primal = []
+            continue
+        col = ranked[0][2]
+        node.tabu.add(col)
+        stack.append(node)
+        node = _fix(bins, node, [(col, 1)])
+    return None
+
+
+def _master(
+    bins: Bins, columns: Sequence[Column], seconds: float, hint: Sequence[Column] | None
+) -> list[Column] | None:
+    """The integer restricted master over the generated patterns, by CP-SAT."""
+    from planner.search.cpsat import cp_model
+
+    cols = sorted(set(columns))
+    m = cp_model.CpModel()
+    z = [m.new_int_var(0, bins.classes[c][1], f"z{i}") for i, (c, _) in enumerate(cols)]
+    for c, (_, n) in enumerate(bins.classes):
+        here = [z[i] for i, (cc, _) in enumerate(cols) if cc == c]
+        if here:
+            m.add(sum(here) <= n)
+    for j, d in enumerate(bins.demand):
+        m.add(sum(a[j] * z[i] for i, (_, a) in enumerate(cols) if a[j]) >= d)
+    if hint is not None:
+        counts: dict[Column, int] = {}
+        for col in hint:
+            counts[col] = counts.get(col, 0) + 1
+        for i, col in enumerate(cols):
+            m.add_hint(z[i], counts.get(col, 0))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, seconds)
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    out: list[Column] = []
+    for i, col in enumerate(cols):
+        out += [col] * int(solver.value(z[i]))
+    return out
+
+
+def _place(problem: TypeProblem, bins: Bins, chosen: Sequence[Column]) -> list[NodeCounts]:
+    """Patterns to node names (class by class, nodes in name order), then slots to requests."""
+    by_class: dict[int, list[str]] = {}
+    for name, f in sorted(problem.nodes):
+        if f > 0:
+            c = next(c for c, (free, _) in enumerate(bins.classes) if free == f)
+            by_class.setdefault(c, []).append(name)
+    slots: dict[int, list[str]] = {}  # size index -> one node name per slot
+    for c, a in chosen:
+        node = by_class[c].pop(0)
+        for j, n in enumerate(a):
+            slots.setdefault(j, []).extend([node] * n)
+    placed: list[NodeCounts] = [{} for _ in problem.items]
+    index = {g: j for j, g in enumerate(bins.sizes)}
+    for it in problem.items:
+        sp = it.splits[0]
+        free = slots[index[sp.units]]
+        for _ in range(sp.instances):
+            node = free.pop()
+            placed[it.index][node] = placed[it.index].get(node, 0) + 1
+    return placed
+
+
+def _undecided(bins: Bins, lp: LpBound) -> str:
+    """How far the packing model got, for a type it could neither pack nor refute in time."""
+    low = max(lp.needed, l2(bins.sizes, bins.demand, bins.largest))
+    if lp.converged:
+        where = f"the LP bound needs {lp.value:.2f} nodes ({bins.nodes} usable)"
+    else:  # the restricted LP's value is only an upper estimate of the bound
+        where = f"the LP bound was not settled in time: {low} to {lp.value:.2f} nodes ({bins.nodes} usable)"
+    return f"no packing found in time; {where}, so a packing may exist"
+
+
+def solve(problem: TypeProblem, seconds: float) -> Packing:
+    """Pack an :func:`eligible` type: a placement, a refutation, or neither within ``seconds``."""
+    start = time.monotonic()
+    bins = bins_of(problem, [it.index for it in problem.items])
+    lp = lp_bound(bins, seconds * 0.4)
+    proof = refute_lp(bins, lp)
+    if proof is not None:
+        return Packing(None, lp, "refuted", proof.reason, proof.items)
+    rounded = _rounding(bins, lp) if lp.primal else None
+    if rounded is not None:
+        return Packing(_place(problem, bins, rounded), lp, "rounding")
+    dived = _dive(bins, lp, start + seconds * 0.9)
+    if dived is not None:
+        return Packing(_place(problem, bins, dived), lp, "diving")
+    left = seconds - (time.monotonic() - start)
+    if left <= 0.05:
+        return Packing(None, lp, "", _undecided(bins, lp))
+    chosen = _master(bins, lp.columns, left, None)
+    if chosen is None:
+        return Packing(None, lp, "", _undecided(bins, lp))
+    return Packing(_place(problem, bins, chosen), lp, "master")

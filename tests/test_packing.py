@@ -1,0 +1,138 @@
+"""Pure packings: the bounds never refute what fits, the pattern model's plans fit, and a conflict
+called minimal is minimal (each checked against the exhaustive reference on small instances)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.base.codes import ConflictKind, Method, SolveStatus
+from planner.model.options import TypeProblem
+from planner.planning import conflict, solve_type
+from planner.search import bounds, patterns
+from planner.search.place import NodeCounts
+from tests.bruteforce import pack_exact
+from tests.helpers import problem
+
+
+def _special(free: list[int], sizes: list[int]) -> TypeProblem:
+    """One special request of one instance per size: a bin-packing instance."""
+    return problem(free, [("machine", g, 1) for g in sizes])
+
+
+def _fits(free: list[int], sizes: list[int]) -> bool:
+    return pack_exact(free, [(1, g, False) for g in sizes])
+
+
+def _valid(prob: TypeProblem, nodes: list[NodeCounts]) -> bool:
+    load: dict[str, int] = {}
+    for it, counts in zip(prob.items, nodes, strict=True):
+        if sum(counts.values()) != it.splits[0].instances:
+            return False
+        for n, k in counts.items():
+            load[n] = load.get(n, 0) + k * it.splits[0].units
+    free = dict(prob.nodes)
+    return all(load[n] <= free[n] for n in load)
+
+
+def _bins_needed(sizes: list[int], capacity: int) -> int:
+    return next(b for b in range(len(sizes) + 1) if _fits([capacity] * b, sizes))
+
+
+@st.composite
+def packings(draw: st.DrawFn) -> tuple[list[int], list[int]]:
+    capacity = draw(st.integers(4, 12))
+    free = draw(
+        st.lists(st.sampled_from([capacity, capacity, capacity - 1, capacity // 2]), min_size=1, max_size=4)
+    )
+    sizes = draw(st.lists(st.integers(1, capacity), min_size=1, max_size=7))
+    return free, sizes
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(4, 15).flatmap(lambda c: st.tuples(st.just(c), st.lists(st.integers(1, c), max_size=7))))
+def test_l2_never_exceeds_the_bins_needed(case: tuple[int, list[int]]) -> None:
+    capacity, sizes = case
+    counts: dict[int, int] = {}
+    for g in sizes:
+        counts[g] = counts.get(g, 0) + 1
+    bound = bounds.l2(list(counts), list(counts.values()), capacity)
+    assert bound <= _bins_needed(sizes, capacity)
+
+
+@settings(max_examples=120, deadline=None)
+@given(packings())
+def test_the_pattern_model_agrees_with_the_exhaustive_reference(case: tuple[list[int], list[int]]) -> None:
+    free, sizes = case
+    prob = _special(free, sizes)
+    fits = _fits(free, sizes)
+    if not patterns.eligible(prob):  # an instance larger than every node: no split at all
+        assert not fits
+        return
+    out = patterns.solve(prob, 5.0)
+    if out.how == "refuted":
+        assert not fits, "a refutation of a packing that exists"
+        lp = out.lp
+        assert lp is not None and lp.refuted
+    if out.nodes is not None:
+        assert fits and _valid(prob, out.nodes)
+    proof = bounds.refute_l2(prob)
+    assert proof is None or not fits
+
+
+@settings(max_examples=60, deadline=None)
+@given(packings())
+def test_a_conflict_called_minimal_is_minimal(case: tuple[list[int], list[int]]) -> None:
+    free, sizes = case
+    prob = _special(free, sizes)
+    if _fits(free, sizes) or not all(it.splits for it in prob.items):
+        return
+    found = conflict(prob, seconds=5.0)
+    named = [int(op.removeprefix("op")) for op in found.operators]
+    assert not _fits(free, [sizes[i] for i in named]), "the named requests fit together"
+    if found.minimal:
+        for i in named:
+            assert _fits(free, [sizes[j] for j in named if j != i]), f"dropping op{i} does not help"
+    else:
+        assert "not shown minimal" in found.detail
+
+
+@pytest.mark.parametrize(
+    ("free", "sizes", "method", "status"),
+    [
+        pytest.param([10, 10, 10], [6, 5, 4, 4, 3, 3, 3, 2], Method.PATTERNS, SolveStatus.OPTIMAL, id="6,5,4,4,3,3,3,2 on three 10s: every greedy pass misses, the patterns pack it"),
+        pytest.param([10, 10], [6, 6, 6], Method.BOUND, SolveStatus.INFEASIBLE, id="three 6s on two 10s: L2 refutes at once"),
+        pytest.param([10, 10, 10], [4] * 7, Method.BOUND, SolveStatus.INFEASIBLE, id="seven 4s on three 10s: L2 says 3, the LP bound refutes"),
+    ],
+)  # fmt: skip
+def test_a_pure_packing_is_decided_by_its_own_model(
+    free: list[int], sizes: list[int], method: Method, status: SolveStatus
+) -> None:
+    prob = _special(free, sizes)
+    out, how = solve_type(prob, 5.0)
+    assert (how, out.status) == (method, status)
+    assert (out.nodes is not None) == (status is SolveStatus.OPTIMAL)
+    if out.nodes is not None:
+        assert _valid(prob, out.nodes)
+
+
+def test_a_refuted_packing_names_the_requests_the_bound_needs() -> None:
+    # the two 1s cannot matter: the 6s alone need three nodes
+    prob = _special([10, 10], [6, 6, 6, 1, 1])
+    found = conflict(prob, seconds=5.0)
+    assert found.kind is ConflictKind.PACKING
+    assert found.operators == ("op0", "op1", "op2") and found.minimal
+    assert "L2" in found.detail
+
+
+def test_the_lp_certificate_is_checked_in_integers() -> None:
+    # seven 4s (28 units) on three 10-nodes: each node holds two, so the LP needs 3.5 nodes; its
+    # weights refute three nodes exactly
+    prob = _special([10, 10, 10], [4] * 7)
+    bins = bounds.bins_of(prob, bounds.one_split(prob))
+    lp = bounds.lp_bound(bins, 5.0)
+    assert lp.refuted and lp.needed == 4
+    refuted, _ = bounds.certificate(bins, lp.weights)
+    assert refuted
+    assert not bounds.certificate(bins, [0] * len(bins.sizes))[0]
