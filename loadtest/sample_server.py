@@ -16,12 +16,13 @@ Two modes stand for the two kinds of service:
     With ``--clock wall`` (the default) a request holds its instance for exactly ``service_ms`` of
     wall time: the front takes one of ``instances`` slots, has an instance process spin for the
     first ``1 - tail`` of the time (default half) and then sleep until ``service_ms`` has passed
-    (see :func:`hold`), and frees the slot when the instance is done. The slack absorbs what a busy machine adds - a spinner descheduled
-    when its time is up, the hand-offs to and from the process. Measured on this 2-core machine
-    with a compiler on both cores, a 70% spin let the 40/s knee sag to 36/s; with half, the slots
-    were held 49.5-50.5 ms (p50-p99) and the knee stayed at 40/s. A test of the search can then
-    tell a wrong answer from a busy machine: the knee is ``instances / service_ms`` as long as the
-    spin fits in the slot, and an instance at its knee still burns half a core.
+    (see :func:`hold`), and frees the slot when the instance is done. The slack absorbs what a busy
+    machine adds - a spinner descheduled when its time is up, the hand-offs to and from the process.
+    Measured on this 2-core machine with a compiler on both cores, a 70% spin let the 40/s knee sag
+    to 36/s; with half, the slots were held 49.5-50.5 ms (p50-p99) and the knee stayed at 40/s. A
+    test of the search can then tell a wrong answer from a busy machine: the knee is ``instances /
+    service_ms`` as long as the spin fits in the slot, and an instance at its knee still burns half
+    a core.
     ``--clock cpu`` instead burns ``service_ms`` of the instance's own CPU time with no timer, which
     is more realistic and makes the knee depend on the free cores.
 
