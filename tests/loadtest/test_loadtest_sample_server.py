@@ -105,12 +105,23 @@ def test_endpoints_and_keep_alive(sample_server: Any) -> None:
         assert stats["pid"] == srv.pid and len(stats["instance_pids"]) == 1
 
 
-@pytest.mark.parametrize("service_ms", [2, 20])
-def test_a_request_holds_its_instance_for_the_announced_time(sample_server: Any, service_ms: int) -> None:
+@pytest.mark.parametrize(
+    ("service_ms", "slower"),
+    [
+        # A hand-off to an instance process and back takes a few tenths of a millisecond on an
+        # idle machine, and more than a millisecond when compilers fill both cores: a 2 ms request
+        # may then be held longer than announced (the server's own figures say so), never shorter.
+        pytest.param(2, None, id="2 ms: never let go early"),
+        pytest.param(20, 0.1, id="20 ms: held within 10% of the announced time"),
+    ],
+)
+def test_a_request_holds_its_instance_for_the_announced_time(
+    sample_server: Any, service_ms: int, slower: float | None
+) -> None:
     """The announced capacity is ``instances / service_ms``: each request must hold its slot that
-    long, not less (a 2 ms request used to be let go a millisecond early and the server served
-    781/s where it announced 500/s). ``hold_capacity_qps`` is the server's own ``1 / mean hold``,
-    so this needs no saturation and no timing of the test itself: one request after another."""
+    long (a 2 ms request used to be let go a millisecond early: the server announced 500/s and
+    served 781/s). ``hold_capacity_qps`` is the server's own ``1 / mean hold``, so this needs no
+    saturation and no timing of the test itself: one request after another."""
     with sample_server("--mode", "cpu", "--instances", "1", "--service-ms", str(service_ms)) as srv:
         base = httpx.URL(srv.url)
         with httpx.Client(timeout=5.0) as client:
@@ -119,7 +130,9 @@ def test_a_request_holds_its_instance_for_the_announced_time(sample_server: Any,
             stats = client.get(base.join("/stats")).json()
     expected = stats["expected_capacity_qps"]
     assert expected == pytest.approx(1000 / service_ms)
-    assert stats["hold_capacity_qps"] == pytest.approx(expected, rel=0.1), stats
+    assert stats["hold_capacity_qps"] <= expected * 1.02, stats
+    if slower is not None:
+        assert stats["hold_capacity_qps"] >= expected * (1 - slower), stats
 
 
 def test_hold_ends_at_its_deadline() -> None:
