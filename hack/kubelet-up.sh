@@ -41,19 +41,18 @@ command -v podman >/dev/null || die "podman is missing: bash hack/install-image-
 START=${SECONDS}
 eval "$(bash "${HACK_DIR}/node-image.sh")"
 
-# The kubelets reach the API server at this host's address (it listens on every address); the
-# server's certificate names 127.0.0.1, which the kubeconfig keeps as the name to verify.
+# The kubelets reach the API server through their container's default gateway, which is this
+# host (the API server listens on every address): the node's entrypoint names it
+# gpuplan-apiserver in /etc/hosts. The server's certificate names 127.0.0.1, which the kubeconfig
+# keeps as the name to verify.
 SERVER="$(kc config view --raw -o jsonpath='{.clusters[0].cluster.server}')"
 PORT="${SERVER##*:}"
-HOST_IP="$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')"
-[[ -n "${HOST_IP}" ]] || HOST_IP="$(hostname -I | awk '{print $1}')"
-[[ -n "${HOST_IP}" ]] || die "cannot tell this host's address for the kubelets"
 mkdir -p "${KUBELET_DIR}"
 SERVER_NAME="$(sed -E 's|^https://([^:/]+).*|\1|' <<<"${SERVER}")"
 kc config view --raw --flatten >"${KUBELET_DIR}/kubeconfig.tmp"
 kubectl --kubeconfig "${KUBELET_DIR}/kubeconfig.tmp" config set-cluster \
   "$(kc config view -o jsonpath='{.clusters[0].name}')" \
-  --server "https://${HOST_IP}:${PORT}" --tls-server-name "${SERVER_NAME}" >/dev/null
+  --server "https://gpuplan-apiserver:${PORT}" --tls-server-name "${SERVER_NAME}" >/dev/null
 chmod 600 "${KUBELET_DIR}/kubeconfig.tmp"
 mv -f "${KUBELET_DIR}/kubeconfig.tmp" "${KUBELET_DIR}/kubeconfig"
 
@@ -72,7 +71,7 @@ done
 
 # What a running node must match to be kept: its cards and the API server it joined (a
 # recreated cluster listens on another port).
-NODE_KEY="gpus=${GPUS},server=${HOST_IP}:${PORT}"
+NODE_KEY="gpus=${GPUS},port=${PORT}"
 NODES=()
 for ((i = 0; i < COUNT; i++)); do
   name="$(printf 'real-%03d' "${i}")"

@@ -12,6 +12,11 @@ log() { printf '[node %s %s] %s\n' "${NODE_NAME}" "$(date +%H:%M:%S)" "$*"; }
 # Mounts made later (pod volumes) must propagate to containerd's and the kubelet's view.
 mount --make-rshared /
 
+# The API server runs on the host: this container's default gateway.
+gateway="$(ip -4 route | awk '$1 == "default" {print $3; exit}')"
+[[ -n "${gateway}" ]] || { log "no default route: cannot reach the API server"; exit 1; }
+echo "${gateway} gpuplan-apiserver" >>/etc/hosts
+
 # The kubelet and cAdvisor need a machine id.
 [[ -s /etc/machine-id ]] || tr -d '-' </proc/sys/kernel/random/uuid >/etc/machine-id
 
