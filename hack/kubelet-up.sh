@@ -121,7 +121,7 @@ poll "${TIMEOUT}" "${COUNT} real nodes to be Ready with ${GPUS} nvidia.com/gpu e
   die "real nodes not Ready after ${TIMEOUT}s; see: podman exec $(container_name real-000) tail /var/log/kubelet.log"
 
 {
-  printf 'KUBELET_NODES=%s\n' "${NODES[*]}"
+  printf 'KUBELET_NODES="%s"\n' "${NODES[*]}"
   printf 'KUBELET_GPUS=%s\n' "${GPUS}"
   printf 'KUBELET_GPU_TYPE=%s\n' "${REAL_GPU_TYPE}"
   printf 'WORKLOAD_IMAGE=%s\n' "${WORKLOAD_IMAGE}"

@@ -36,7 +36,7 @@ def _read_env(path: Path) -> dict[str, str]:
     for line in path.read_text().splitlines():
         key, sep, value = line.partition("=")
         if sep:
-            out[key.strip()] = value.strip()
+            out[key.strip()] = value.strip().strip('"')
     return out
 
 

@@ -75,10 +75,13 @@ def test_a_plan_runs_on_real_kubelets_with_exactly_its_cards(
             planned[(node, int(alloc["unitsPerInstance"]))] += int(count)
     assert sum(cards * k for (_, cards), k in planned.items()) == n * gpus, to_json(status["allocations"])
 
-    pods = live_pods(api, ns)
-    assert all(p["status"].get("phase") == "Running" for p in pods), [
-        (p["metadata"]["name"], p["status"].get("phase")) for p in pods
-    ]
+    # The plan is Ready once its pods are bound to their planned nodes; the kubelets start them.
+    def running() -> list[dict[str, Any]] | None:
+        pods = live_pods(api, ns)
+        ok = len(pods) == sum(planned.values()) and all(p["status"].get("phase") == "Running" for p in pods)
+        return pods if ok else None
+
+    pods = wait_for("every planned pod Running on its kubelet", running, timeout=120)
     assert Counter((p["spec"]["nodeName"], cards_of(p)) for p in pods) == planned
 
     given: dict[str, list[str]] = {name: [] for name in real_nodes.names}
