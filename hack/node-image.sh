@@ -33,16 +33,19 @@ done
 
 started=${SECONDS}
 BIN_DIR="$(bash "${HACK_DIR}/build-binaries.sh" --kubelet)"
+# The two bases side by side: each is mostly waiting on the Debian mirror.
+CTX="$(mktemp -d "${PODMAN_DIR}/node-ctx.XXXXXX")"
+trap 'rm -rf "${CTX}"' EXIT
+debian_base_image gpuplan-workload-base python3 >"${CTX}/python-base" &
+python_base_pid=$!
 NODE_BASE="$(debian_base_image gpuplan-node-base \
   containerd,runc,containernetworking-plugins,iptables,conntrack,iproute2,procps)"
-PYTHON_BASE="$(debian_base_image gpuplan-workload-base python3)"
+wait "${python_base_pid}" || die "making the workload's base image failed"
+PYTHON_BASE="$(cat "${CTX}/python-base")"
 
 # key <files...>: a short hash of the files' contents (and names)
 key() { { printf '%s\n' "$@"; cat "$@"; } | sha256sum | cut -c1-12; }
 image_id() { podman image inspect --format '{{.Id}}' "$1"; }
-
-CTX="$(mktemp -d "${PODMAN_DIR}/node-ctx.XXXXXX")"
-trap 'rm -rf "${CTX}"' EXIT
 
 # --- pause ----------------------------------------------------------------------------------
 PAUSE_IMAGE="localhost/gpuplan-pause:$(key "${BIN_DIR}/pause")"
