@@ -260,7 +260,8 @@ poll "${TIMEOUT}" "kwok to take over the node leases" kwok_holds_leases ||
 log "cluster '${CLUSTER_NAME}' ready ($((SECONDS - START))s): $(kubectl --kubeconfig "${KUBECONFIG_OUT}" version -o json |
   sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1), $(kubectl --kubeconfig "${KUBECONFIG_OUT}" get nodes --no-headers | wc -l) nodes"
 if ((KUBELETS > 0)); then
-  bash "${HACK_DIR}/kubelet-up.sh" "${KUBELETS}" ||
+  # (without the lock: the nodes' podman monitors would inherit it and hold it for their life)
+  bash "${HACK_DIR}/kubelet-up.sh" "${KUBELETS}" 8>&- ||
     die "real-kubelet nodes did not come up (bash hack/kubelet-up.sh ${KUBELETS})"
 fi
 log "use it with: export KUBECONFIG=${KUBECONFIG_OUT}"

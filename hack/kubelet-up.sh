@@ -64,14 +64,27 @@ for c in $(node_containers); do
   i="${c##*-real-}"
   if ((10#${i} >= COUNT)); then
     log "removing node real-${i}"
-    podman rm -f -v "${c}" >/dev/null
+    podman rm -f -v --time 5 "${c}" >/dev/null
     kc delete node "real-${i}" --ignore-not-found >/dev/null
   fi
 done
 
-# What a running node must match to be kept: its cards and the API server it joined (a
-# recreated cluster listens on another port).
-NODE_KEY="gpus=${GPUS},port=${PORT}"
+# What a running node must match to be kept: its cards, the API server it joined (a recreated
+# cluster listens on another port) and the images its containerd imported when it started.
+NODE_KEY="gpus=${GPUS},port=${PORT},images=${IMAGES_DIR##*/}"
+# podman leaves a monitor process (conmon) beside each container for the container's whole life,
+# and it inherits every open descriptor but 0-2: a caller's lock (cluster-up.sh holds one) or pipe
+# would stay open as long as the node runs. Close them first.
+podman_run() {
+  (
+    for fd in /proc/"${BASHPID}"/fd/*; do
+      fd="${fd##*/}"
+      if ((fd > 2)); then eval "exec ${fd}>&-" 2>/dev/null || true; fi
+    done
+    exec podman run "$@"
+  )
+}
+
 NODES=()
 for ((i = 0; i < COUNT; i++)); do
   name="$(printf 'real-%03d' "${i}")"
@@ -81,11 +94,11 @@ for ((i = 0; i < COUNT; i++)); do
     log "node ${name} is running ${NODE_IMAGE}"
     continue
   fi
-  podman rm -f -v "${container}" >/dev/null 2>&1 || true
+  podman rm -f -v --time 5 "${container}" >/dev/null 2>&1 || true
   # A node that ran another image re-registers from scratch.
   kc delete node "${name}" --ignore-not-found >/dev/null
   log "starting node ${name} (${GPUS} fake GPUs)"
-  podman run --detach --quiet --privileged --cgroupns=private \
+  podman_run --detach --quiet --privileged --cgroupns=private \
     --name "${container}" --hostname "${name}" \
     --label "${CONTAINER_LABEL}=${CLUSTER_KEY}" --label "gpuplan.node=${NODE_KEY}" \
     --env NODE_NAME="${name}" --env POD_CIDR="10.244.$((i + 1)).0/24" --env GPUS="${GPUS}" \

@@ -77,6 +77,9 @@ if ((GPUS > 0)); then
   log "fake GPU device plugin started (${GPUS} devices)"
 fi
 
+# PID 1 ignores signals it has no handler for: stop the node's processes on podman stop.
+trap 'log "stopping"; kill $(jobs -p) 2>/dev/null; wait; exit 0' TERM INT
+
 # Any of them exiting ends the node: kubelet-up.sh sees the container gone.
 wait -n
 log "a node process exited; last kubelet log lines:"
