@@ -97,6 +97,14 @@ fi
 touch "${IMAGES_DIR}"
 find "${GPUPLAN_CACHE}/node-images" -mindepth 1 -maxdepth 1 -type d -mtime +14 -exec rm -rf {} +
 
+# Earlier trees' images go, except what a node container still runs (podman refuses those).
+for repo in localhost/gpuplan-node localhost/gpuplan-pause localhost/gpuplan-workload; do
+  for old in $(podman images --format '{{.Repository}}:{{.Tag}}' --filter "reference=${repo}"); do
+    [[ "${old}" == "${NODE_IMAGE}" || "${old}" == "${PAUSE_IMAGE}" || "${old}" == "${WORKLOAD_IMAGE}" ]] && continue
+    podman rmi "${old}" >/dev/null 2>&1 || true
+  done
+done
+
 log "node images ready in $((SECONDS - started))s"
 printf 'NODE_IMAGE=%s\nPAUSE_IMAGE=%s\nWORKLOAD_IMAGE=%s\nIMAGES_DIR=%s\n' \
   "${NODE_IMAGE}" "${PAUSE_IMAGE}" "${WORKLOAD_IMAGE}" "${IMAGES_DIR}"
