@@ -160,6 +160,10 @@ if [[ "${KUBELET}" == 1 ]]; then
   is_cached kubelet "${K8S_VERSION}" ||
     download "${HACK_DIR}/k8s" "kubelet ${K8S_VERSION}" k8s.io/kubernetes/cmd/kubelet
   build kubelet "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kubelet "${K8S_LDFLAGS}"
+  # its unit tests first, whenever it is (re)built (-trimpath: the build's compiled packages serve)
+  if ! is_cached fakegpu "$(node_key fakegpu)"; then
+    go test -C "${HACK_DIR}/k8s" -trimpath -vet=off ./fakegpu >&2 || die "fakegpu's tests failed"
+  fi
   build fakegpu "$(node_key fakegpu)" "${HACK_DIR}/k8s" ./fakegpu "-s -w"
   build pause "$(node_key pause)" "${HACK_DIR}/k8s" ./pause "-s -w"
 fi
