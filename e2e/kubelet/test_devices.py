@@ -27,6 +27,7 @@ from e2e.support import (
 )
 
 GPU = "nvidia.com/gpu"
+LIMITS = {"limits": {"cpu": "250m", "memory": "64Mi"}}
 
 
 def devices_seen(kubectl: Kubectl, ns: str, pod: str) -> tuple[list[str], list[str]]:
@@ -54,7 +55,9 @@ def test_a_plan_runs_on_real_kubelets_with_exactly_its_cards(
     spec = {
         "resources": [{"name": "L", "kind": "GPU", "nodeSelector": {TYPE_LABEL: real_nodes.gpu_type}}],
         "operators": [
-            operator_entry("extract", "service"),
+            # a CPU and memory limit from the catalog's template, as a load test would need them
+            operator_entry("extract", "service")
+            | {"flamewaker": {"containerAttributes": {"resources": LIMITS}}},
             operator_entry("search", "machine"),
             operator_entry("gate", "single"),
         ],
@@ -92,6 +95,16 @@ def test_a_plan_runs_on_real_kubelets_with_exactly_its_cards(
         assert sorted(env) == files, f"{name}: the variable says {env}, the files {files}"
         assert all(d.startswith(f"{node}-gpu-") for d in env), f"{name} on {node} sees {env}"
         given[node] += env
+    # The template's limits reach the containers as cgroup limits (cgroup v1 here): the kubelet
+    # enforces what the plan wrote, beside the cards.
+    extract = [p for p in pods if p["metadata"]["name"].startswith("real-extract-")]
+    assert len(extract) == n, [p["metadata"]["name"] for p in pods]  # 2 cards on each node
+    for pod in extract:
+        quota, memory = kubectl.run(
+            "exec", "-n", ns, pod["metadata"]["name"], "--", "cat",
+            "/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+        ).stdout.split()  # fmt: skip
+        assert (int(quota), int(memory)) == (25_000, 64 * 2**20), (pod["metadata"]["name"], quota, memory)
     for node, ids in given.items():
         twice = [d for d, k in Counter(ids).items() if k > 1]
         assert not twice, f"{node} handed out {twice} twice"
