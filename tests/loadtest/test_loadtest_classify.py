@@ -145,6 +145,40 @@ def test_busy_instances_that_did_not_double_are_compute_bound(
     assert "concentrat" not in " ".join(c.reasons).replace("concentrating a compute-bound", "")
 
 
+@pytest.mark.parametrize(
+    ("points", "extra", "strategy", "bound"),
+    [
+        pytest.param(
+            [Measurement(n, 240.0 * n, 0.45 * n) for n in (1, 2, 4)],
+            {},
+            "service",
+            "compute",
+            id="cpu sample, each instance in a pod with half a core: scales at 1, 2 and 4",
+        ),
+        pytest.param(
+            [Measurement(1, 583, 0.7), Measurement(2, 781, 1.32), Measurement(4, 800, 1.4)],
+            {"available_cores": 1.5},
+            "service",
+            "compute",
+            id="cpu sample on a host full at two instances: still compute at 4",
+        ),
+        pytest.param(
+            [Measurement(n, 40.0, 0.02 * n) for n in (1, 2, 4)],
+            {},
+            "machine",
+            "io",
+            id="io sample at 1, 2 and 4 instances: flat and idle",
+        ),
+    ],
+)
+def test_the_samples_at_one_two_and_four_instances(
+    points: list[Measurement], extra: dict[str, float], strategy: str, bound: str
+) -> None:
+    c = classify(points, **extra)
+    assert (c.key_strategy, c.bound) == (strategy, bound), c.reasons
+    assert [p["instances"] for p in c.evidence["points"]] == [1, 2, 4]
+
+
 def test_a_measurement_says_what_it_had_before_the_command_line() -> None:
     own = [replace(m, available_cores=16.0) for m in SMALL_HOST]
     c = classify(own, available_cores=2)
