@@ -4,10 +4,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
+# real-kubelet nodes beside the kwok ones (make cluster-up KUBELETS=2); 0 leaves them as they are
+KUBELETS ?= 0
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test unit view e2e chaos lint bench bench-planner bench-packing bench-operator bench-loadtest golden helm \
+.PHONY: help install test unit view e2e chaos kubelet lint bench bench-planner bench-packing bench-operator bench-loadtest golden helm \
 	image cluster-up cluster-down demo clean
 
 help: ## list the targets
@@ -20,7 +22,7 @@ $(BIN)/python:
 install: $(BIN)/python ## create .venv and install gpuplan with its test and lint tools
 	$(BIN)/pip install -q -e '.[operator,loadtest,test,lint]'
 
-test: unit view e2e chaos ## run every test: unit, property, loadtest, chart, the plan page in a browser, then e2e and the fault suite on the local cluster
+test: unit view e2e chaos kubelet ## run every test: unit, property, loadtest, chart, the plan page in a browser, then e2e, the fault suite and the real-kubelet suite
 
 unit: ## unit and property tests (no cluster needed)
 	$(BIN)/pytest -q tests --ignore=tests/view
@@ -31,12 +33,16 @@ view: ## the plan page in headless Chromium: sample, DRA and 5,000-node pages (b
 e2e: ## end-to-end tests against a real local control plane (starts it; clears the demo first)
 	bash hack/cluster-up.sh
 	bash hack/demo.sh --clean
-	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e --ignore=e2e/chaos
+	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e --ignore=e2e/chaos --ignore=e2e/kubelet
 
 chaos: ## the fault suite on the local cluster: concurrency, freshness, API faults, churn, peering, fuzz (~10 min)
 	bash hack/cluster-up.sh
 	bash hack/demo.sh --clean
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e/chaos
+
+kubelet: ## the real-kubelet suite: 2 real nodes (podman, containerd, kubelet, fake GPU plugin) run a plan
+	KUBELETS=2 bash hack/cluster-up.sh
+	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e/kubelet
 
 lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift, doc references
 	$(BIN)/ruff check planner gpuplan operator loadtest tests bench e2e
@@ -70,8 +76,8 @@ helm: ## build (once) and print the helm binary used by the chart tests
 image: install ## build the operator image with podman, offline from wheels (hack/build-image.sh)
 	bash hack/build-image.sh
 
-cluster-up: ## start the local kube-apiserver/scheduler/controller-manager + kwok nodes
-	bash hack/cluster-up.sh
+cluster-up: ## start the local kube-apiserver/scheduler/controller-manager + kwok nodes (KUBELETS=N: N real nodes too)
+	KUBELETS=$(KUBELETS) bash hack/cluster-up.sh
 
 cluster-down: ## stop the demo operator (if running) and the local cluster (CLUSTER=kind: the kind one)
 	-@[ -f .cluster/operator.pid ] && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid

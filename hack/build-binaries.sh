@@ -3,13 +3,17 @@
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  (k8s.io/kubernetes, hack/k8s/)
 #   etcd                                                              (go.etcd.io/etcd/server/v3, hack/etcd/)
 #   kwok, kwokctl                                                     (sigs.k8s.io/kwok)
+# and with --kubelet also what the real-kubelet nodes run (hack/kubelet-up.sh):
+#   kubelet                                                           (k8s.io/kubernetes, hack/k8s/)
+#   fakegpu (a device plugin), pause (the pod sandbox's process)      (hack/k8s/fakegpu, hack/k8s/pause)
 #
 # Binaries land in ${GPUPLAN_CACHE:-$HOME/.cache/gpuplan}/k8s-<version>/bin/ and are reused when
 # present with the right version stamp, so a second run takes a moment. A cold build on 2 cores
 # takes a while (see the report printed at the end); Go's module and build caches are reused too.
 #
-# Usage: bash hack/build-binaries.sh [--force] [--print-bin-dir]
+# Usage: bash hack/build-binaries.sh [--force] [--kubelet] [--print-bin-dir]
 #   --force          rebuild everything even if cached
+#   --kubelet        also build the node binaries (kubelet, fakegpu, pause)
 #   --print-bin-dir  print the bin directory and exit (nothing is built)
 set -euo pipefail
 
@@ -18,11 +22,13 @@ HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "${HACK_DIR}/versions.sh"
 
 FORCE=0
+KUBELET=0
 for arg in "$@"; do
   case "${arg}" in
     --force) FORCE=1 ;;
+    --kubelet) KUBELET=1 ;;
     --print-bin-dir) echo "${GPUPLAN_BIN_DIR}"; exit 0 ;;
-    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-binaries: unknown argument: ${arg}" >&2; exit 2 ;;
   esac
 done
@@ -146,6 +152,21 @@ build kubectl "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kubectl "
 build kube-scheduler "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kube-scheduler "${K8S_LDFLAGS}"
 build kube-controller-manager "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kube-controller-manager "${K8S_LDFLAGS}"
 build kube-apiserver "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kube-apiserver "${K8S_LDFLAGS}"
+
+if [[ "${KUBELET}" == 1 ]]; then
+  # The node programs of this module are keyed by their source as well as the version: editing
+  # one rebuilds it.
+  node_key() { printf '%s+%s' "${K8S_VERSION}" "$(cat "${HACK_DIR}/k8s/$1"/*.go | sha256sum | cut -c1-12)"; }
+  is_cached kubelet "${K8S_VERSION}" ||
+    download "${HACK_DIR}/k8s" "kubelet ${K8S_VERSION}" k8s.io/kubernetes/cmd/kubelet
+  build kubelet "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kubelet "${K8S_LDFLAGS}"
+  # its unit tests first, whenever it is (re)built (-trimpath: the build's compiled packages serve)
+  if ! is_cached fakegpu "$(node_key fakegpu)"; then
+    go test -C "${HACK_DIR}/k8s" -trimpath -vet=off ./fakegpu >&2 || die "fakegpu's tests failed"
+  fi
+  build fakegpu "$(node_key fakegpu)" "${HACK_DIR}/k8s" ./fakegpu "-s -w"
+  build pause "$(node_key pause)" "${HACK_DIR}/k8s" ./pause "-s -w"
+fi
 
 if [[ ${#BUILT[@]} -gt 0 ]]; then
   log "summary:"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stop the local control plane started by hack/cluster-up.sh and delete its state
+# Stop the local control plane started by hack/cluster-up.sh (and its real-kubelet nodes) and
+# delete its state
 # (<repo>/.cluster/kwok/clusters/<name> and <repo>/.cluster/kubeconfig). Cached binaries stay.
 # Safe to run when no cluster exists.
 #
@@ -28,6 +29,9 @@ kill_from_pidfiles() {
     fi
   done
 }
+
+# The real-kubelet nodes first, while the API server can still delete their Node objects.
+bash "${HACK_DIR}/kubelet-down.sh" || log "removing the real-kubelet nodes failed"
 
 if [[ -d "${STATE_DIR}" ]]; then
   if [[ -x "${GPUPLAN_BIN_DIR}/kwokctl" ]]; then

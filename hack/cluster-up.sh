@@ -2,14 +2,16 @@
 # Start (or reuse) the local control plane: etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and the kwok controller, run as plain processes by `kwokctl --runtime binary`
 # from the binaries that hack/build-binaries.sh builds and caches. Then create the fake GPU
-# nodes of hack/sample-nodes.yaml.
+# nodes of hack/sample-nodes.yaml. With KUBELETS=N (N > 0), also N real nodes: podman containers
+# running containerd, a kubelet and a fake GPU device plugin (hack/kubelet-up.sh).
 #
 # Idempotent: when the cluster is already up and healthy it only prints the kubeconfig path.
 # The admin kubeconfig (certificates embedded) is written to <repo>/.cluster/kubeconfig;
 # kwokctl's state lives in <repo>/.cluster/kwok/ (KWOK_WORKDIR), ~/.kube/config is never touched.
 #
 # Usage: bash hack/cluster-up.sh
-# Env:   GPUPLAN_CLUSTER_NAME (default gpuplan), GPUPLAN_CLUSTER_TIMEOUT (seconds, default 180),
+# Env:   KUBELETS (real nodes, default 0: the real nodes already running are left as they are),
+#        KUBELET_GPUS (fake cards per real node, default 4), GPUPLAN_CLUSTER_NAME (default gpuplan), GPUPLAN_CLUSTER_TIMEOUT (seconds, default 180),
 #        GPUPLAN_CACHE (binary cache, see hack/build-binaries.sh)
 # Then:  export KUBECONFIG=<repo>/.cluster/kubeconfig
 set -euo pipefail
@@ -19,6 +21,10 @@ HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "${HACK_DIR}/common.sh"
 
 TIMEOUT="${GPUPLAN_CLUSTER_TIMEOUT:-180}"
+KUBELETS="${KUBELETS:-0}"
+[[ "${KUBELETS}" =~ ^[0-9]+$ ]] || die "KUBELETS must be a number of real nodes, got '${KUBELETS}'"
+# The label of real-kubelet nodes (hack/kubelet-up.sh): kwok leaves them to their kubelets.
+KWOK_NODES='!gpuplan.ragnaros.io/kubelet'
 
 # Binaries first (a no-op taking a moment when cached); its stdout is the bin directory.
 BIN_DIR="$(bash "${HACK_DIR}/build-binaries.sh")"
@@ -117,10 +123,10 @@ apply_nodes() {
 
 nodes_ready() {
   local not_ready
-  not_ready="$(kubectl --kubeconfig "${KUBECONFIG_OUT}" get nodes --no-headers 2>/dev/null |
+  not_ready="$(kubectl --kubeconfig "${KUBECONFIG_OUT}" get nodes -l "${KWOK_NODES}" --no-headers 2>/dev/null |
     awk '$2 != "Ready" {print $1}')" || return 1
   [[ -z "${not_ready}" ]] &&
-    [[ "$(kubectl --kubeconfig "${KUBECONFIG_OUT}" get nodes --no-headers | wc -l)" -ge "$(sample_node_count)" ]]
+    [[ "$(kubectl --kubeconfig "${KUBECONFIG_OUT}" get nodes -l "${KWOK_NODES}" --no-headers | wc -l)" -ge "$(sample_node_count)" ]]
 }
 
 # The running kwok controller's identity: the holder it writes into node leases (first log line
@@ -146,7 +152,7 @@ kwok_holds_leases() {
   id="$(kwok_id)"
   now="$(date +%s)"
   leases="$(node_leases)" || return 1
-  for name in $(kubectl --kubeconfig "${KUBECONFIG_OUT}" get nodes -o name | cut -d/ -f2); do
+  for name in $(kubectl --kubeconfig "${KUBECONFIG_OUT}" get nodes -l "${KWOK_NODES}" -o name | cut -d/ -f2); do
     read -r holder renew < <(awk -v n="${name}" '$1 == n {print $2, $3}' <<<"${leases}")
     [[ -n "${holder}" && -n "${renew}" ]] || return 1
     if [[ -n "${id}" ]]; then
@@ -161,11 +167,14 @@ kwok_holds_leases() {
 # wait for them to expire before taking over. Clear the holder of leases that name another
 # identity: kwok then takes them over on its next attempt (every nodeLeaseDuration/4 = 10s).
 release_stale_leases() {
-  local id name holder
+  local id name holder real
   id="$(kwok_id)"
   [[ -n "${id}" ]] || return 0
+  # a real node's lease is its kubelet's
+  real=" $(kubectl --kubeconfig "${KUBECONFIG_OUT}" get nodes -l "${KWOK_NODES#!}" -o name | cut -d/ -f2 | tr '\n' ' ') "
   while read -r name holder _; do
     [[ -n "${name}" && -n "${holder}" && "${holder}" != "${id}" ]] || continue
+    [[ "${real}" != *" ${name} "* ]] || continue
     kubectl --kubeconfig "${KUBECONFIG_OUT}" -n kube-node-lease patch lease "${name}" --type=merge \
       -p '{"spec":{"holderIdentity":null}}' >/dev/null 2>&1 || true
   done < <(node_leases)
@@ -250,5 +259,10 @@ poll "${TIMEOUT}" "kwok to take over the node leases" kwok_holds_leases ||
   die "kwok does not hold the node leases after ${TIMEOUT}s; logs: ${STATE_DIR}/logs/kwok-controller.log"
 log "cluster '${CLUSTER_NAME}' ready ($((SECONDS - START))s): $(kubectl --kubeconfig "${KUBECONFIG_OUT}" version -o json |
   sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1), $(kubectl --kubeconfig "${KUBECONFIG_OUT}" get nodes --no-headers | wc -l) nodes"
+if ((KUBELETS > 0)); then
+  # (without the lock: the nodes' podman monitors would inherit it and hold it for their life)
+  bash "${HACK_DIR}/kubelet-up.sh" "${KUBELETS}" 8>&- ||
+    die "real-kubelet nodes did not come up (bash hack/kubelet-up.sh ${KUBELETS})"
+fi
 log "use it with: export KUBECONFIG=${KUBECONFIG_OUT}"
 echo "${KUBECONFIG_OUT}"

@@ -15,13 +15,31 @@ the most instances measured: 1 when ``k`` instances serve ``k`` times as much, 0
 the same. At or above ``scaling_threshold`` (0.7) the service scales; at or below
 ``flat_threshold`` (0.35) it does not. CPU per instance at the knee is the second witness: it
 raises confidence when it agrees and decides, at low confidence, in the band between.
+
+Busy CPU outranks flat scaling. A service whose instances each burn at least ``busy_cores`` at
+the knee, at every instance count measured, is compute-bound even when more instances did not
+serve more: something outside the service took the CPU the next instance needed. On a small
+machine that is the rule rather than the exception - two sample instances of 2 ms CPU per request
+on two cores, with the load tester beside them, served 1.34x, not 2x, while each burnt 0.66 cores.
+Concentrating such a service would make it slower still, so ``classify`` then answers
+``service`` and says what limited the scaling, from what the measurements carry:
+
+* ``host-cpu`` - the server's and the load tester's CPU together filled the cores the run had
+  (``available_cores``: the host's CPUs, or what the run was allowed);
+* ``cpu-limit`` - the server's CPU reached the limit it ran under (``cpu_limit_cores``, a
+  cgroup's quota for all of its instances together);
+* ``load-tester`` - a sender process was itself at a full core (the knee may be the client's);
+* ``unknown`` - none of these is known to be full: measure again with more room.
+
+An IO-bound service shows idle instances at the knee (they wait on what they share), so busy CPU
+at every count is not how a shared bottleneck looks.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +56,9 @@ class Measurement:
     capacity_qps: float
     cpu_cores: float | None = None
     source: str = ""
+    sender_cpu_cores: tuple[float, ...] = ()  # each load-tester process's CPU at the knee
+    available_cores: float | None = None  # CPUs the server and the load tester shared
+    cpu_limit_cores: float | None = None  # a CPU limit on the server's instances together
 
 
 @dataclass(frozen=True)
@@ -66,14 +87,51 @@ def _best_per_count(ms: Sequence[Measurement]) -> dict[int, Measurement]:
     return best
 
 
+FULL = 0.8  # a share of a resource at or above which it counts as full
+
+
+def scaling_limit(m: Measurement) -> tuple[str, str]:
+    """What kept the instances of ``m`` from serving more: a code and a sentence."""
+    sender = sum(m.sender_cpu_cores)
+    if m.cpu_cores is not None and m.cpu_limit_cores and m.cpu_cores >= FULL * m.cpu_limit_cores:
+        return "cpu-limit", (
+            f"the server used {m.cpu_cores:.2f} of its {m.cpu_limit_cores:g}-core CPU limit at the knee"
+        )
+    if m.cpu_cores is not None and m.available_cores and m.cpu_cores + sender >= FULL * m.available_cores:
+        return "host-cpu", (
+            f"the server ({m.cpu_cores:.2f} cores) and the load tester ({sender:.2f}) used "
+            f"{m.cpu_cores + sender:.2f} of the {m.available_cores:g} cores they shared"
+        )
+    if m.sender_cpu_cores and max(m.sender_cpu_cores) >= FULL:
+        return "load-tester", (
+            f"a load-tester process used {max(m.sender_cpu_cores):.2f} cores: the knee may be the client's"
+        )
+    return "unknown", (
+        "no CPU the run had is known to be full (give --host-cores or --cpu-limit, or measure with more room)"
+    )
+
+
 def classify(
     measurements: Sequence[Measurement],
     *,
     scaling_threshold: float = 0.7,
     flat_threshold: float = 0.35,
     busy_cores_per_instance: float = 0.25,
+    available_cores: float | None = None,
+    cpu_limit_cores: float | None = None,
 ) -> Classification:
-    """Recommend ``service`` (spread) or ``machine`` (concentrate) from the measurements."""
+    """Recommend ``service`` (spread) or ``machine`` (concentrate) from the measurements.
+
+    ``available_cores`` and ``cpu_limit_cores`` stand for what a measurement does not say itself
+    (see :func:`scaling_limit`)."""
+    measurements = [
+        replace(
+            m,
+            available_cores=m.available_cores if m.available_cores is not None else available_cores,
+            cpu_limit_cores=m.cpu_limit_cores if m.cpu_limit_cores is not None else cpu_limit_cores,
+        )
+        for m in measurements
+    ]
     for m in measurements:
         if m.instances < 1:
             raise ClassifyError(f"instances must be at least 1 ({m.source or m})")
@@ -114,13 +172,18 @@ def classify(
     if cpu_known:
         # The most instances is where a shared bottleneck leaves each one idlest.
         busy = cpu_known[-1]["cpu_per_instance"] >= busy_cores_per_instance
-    evidence = {
+    # Busy at every count measured: the instances are limited by the CPU they get.
+    saturated = len(cpu_known) == len(points) and all(
+        p["cpu_per_instance"] >= busy_cores_per_instance for p in points
+    )
+    evidence: dict[str, Any] = {
         "baseline_instances": base.instances,
         "efficiency": efficiency,
         "scaling_threshold": scaling_threshold,
         "flat_threshold": flat_threshold,
         "busy_cores_per_instance": busy_cores_per_instance,
         "cpu_busy_at_knee": busy,
+        "cpu_busy_at_every_count": saturated,
         "points": points,
     }
     reasons = [
@@ -135,7 +198,18 @@ def classify(
             "request)"
         )
 
-    if efficiency >= scaling_threshold:
+    if saturated and efficiency < scaling_threshold:
+        strategy, bound = "service", "compute"
+        code, why = scaling_limit(best[counts[-1]])
+        evidence["scaling_limited_by"] = code
+        reasons.append(
+            "the instances' CPU was busy at the knee at every count: compute-bound, though "
+            f"{top['instances']} instances did not reach {top['ideal_speedup']:g}x"
+        )
+        reasons.append(f"scaling was limited by {code}: {why}")
+        reasons.append("spread it: concentrating a compute-bound service leaves it less CPU still")
+        confidence = "low" if code == "unknown" else "medium"
+    elif efficiency >= scaling_threshold:
         strategy, bound = "service", "compute"
         reasons.append("throughput grows with instances: spread them over machines")
         confidence = "high" if busy is not False else "low"
@@ -211,7 +285,17 @@ def parse_measurement(arg: str) -> Measurement:
         raise ClassifyError(f"{path}: no rate was held in that run, so it has no capacity")
     knee = doc.get("knee") or {}
     cpu = knee.get("server_cpu_cores")
-    return Measurement(instances, float(cap), float(cpu) if isinstance(cpu, int | float) else None, str(path))
+    senders = knee.get("sender_cpu_cores") or []
+    host = doc.get("host") or {}
+    cores = host.get("cpus")
+    return Measurement(
+        instances,
+        float(cap),
+        float(cpu) if isinstance(cpu, int | float) else None,
+        str(path),
+        sender_cpu_cores=tuple(float(c) for c in senders if isinstance(c, int | float)),
+        available_cores=float(cores) if isinstance(cores, int | float) and cores > 0 else None,
+    )
 
 
 def render_text(c: Classification) -> str:

@@ -174,6 +174,8 @@ def _cmd_classify(args: argparse.Namespace) -> int:
             scaling_threshold=args.scaling_threshold,
             flat_threshold=args.flat_threshold,
             busy_cores_per_instance=args.busy_cores,
+            available_cores=args.host_cores,
+            cpu_limit_cores=args.cpu_limit,
         )
     except classify_mod.ClassifyError as exc:
         return _fail(str(exc))
@@ -279,6 +281,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.25,
         help="CPU cores per instance at the knee that count as busy (default 0.25)",
+    )
+    cl.add_argument(
+        "--host-cores",
+        type=float,
+        help="cores the server and the load tester shared (default: what each result records)",
+    )
+    cl.add_argument(
+        "--cpu-limit",
+        type=float,
+        help="a CPU limit, in cores, on the server's instances together (e.g. a pod's limit)",
     )
     cl.set_defaults(func=_cmd_classify)
 

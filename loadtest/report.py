@@ -9,6 +9,7 @@ and held-rule settings, so a number can be judged later without the command line
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -68,6 +69,10 @@ def build_result(
         "limited_by": search.limited_by,
         "limited_because": search.limited_because,
         "knee": knee,
+        # the CPUs this process may run on: what a local server and the senders shared
+        "host": {
+            "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        },
         "shard": {"index": shard.offset, "count": shard.stride, "start_at": start_at},
         "merged_from": list(merged_from),
         "headers": dict(headers or {}),
@@ -138,3 +143,10 @@ def render_text(result: Mapping[str, Any]) -> str:
     if not result.get("sender_kept_up", True):
         lines.append("note: the sender fell behind in some steps (see steps[].notes)")
     return "\n".join(lines)
+
+
+def _usable_cpus() -> int | None:
+    """The CPUs this process may run on (its affinity, else the machine's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()

@@ -15,13 +15,14 @@ Two modes stand for the two kinds of service:
 
     With ``--clock wall`` (the default) a request holds its instance for exactly ``service_ms`` of
     wall time: the front takes one of ``instances`` slots, has an instance process spin for the
-    first ``1 - tail`` of the time (default half), and frees the slot when ``service_ms`` has
-    passed on its own timer. The slack absorbs what a busy machine adds - a spinner descheduled
-    when its time is up, the hand-offs to and from the process. Measured on this 2-core machine
-    with a compiler on both cores, a 70% spin let the 40/s knee sag to 36/s; with half, the slots
-    were held 49.5-50.5 ms (p50-p99) and the knee stayed at 40/s. A test of the search can then
-    tell a wrong answer from a busy machine: the knee is ``instances / service_ms`` as long as the
-    spin fits in the slot, and an instance at its knee still burns half a core.
+    first ``1 - tail`` of the time (default half) and then sleep until ``service_ms`` has passed
+    (see :func:`hold`), and frees the slot when the instance is done. The slack absorbs what a busy
+    machine adds - a spinner descheduled when its time is up, the hand-offs to and from the process.
+    Measured on this 2-core machine with a compiler on both cores, a 70% spin let the 40/s knee sag
+    to 36/s; with half, the slots were held 49.5-50.5 ms (p50-p99) and the knee stayed at 40/s. A
+    test of the search can then tell a wrong answer from a busy machine: the knee is ``instances /
+    service_ms`` as long as the spin fits in the slot, and an instance at its knee still burns half
+    a core.
     ``--clock cpu`` instead burns ``service_ms`` of the instance's own CPU time with no timer, which
     is more realistic and makes the knee depend on the free cores.
 
@@ -130,6 +131,26 @@ def burn(seconds: float, clock: str) -> float:
     return time.process_time() - c0
 
 
+def hold(spin: float, deadline: float) -> float:
+    """Spin for ``spin`` seconds (never past ``deadline``), then sleep until ``deadline``.
+
+    Runs in an instance process, for ``--clock wall``: the instance is taken for the whole
+    request, as the slot is. ``deadline`` is on :func:`time.monotonic`, the clock of the front's
+    event loop, which is the same clock in every process of the machine. ``time.sleep`` wakes
+    within tens of microseconds, where the front's own asyncio timer fires up to a millisecond
+    late; for a request of a few milliseconds that millisecond was the whole error (a 2 ms
+    request announced 500/s and served 781/s, its hold cut short by the timer's margin).
+    """
+    c0 = time.process_time()
+    end = min(time.monotonic() + spin, deadline)
+    while time.monotonic() < end:
+        pass
+    left = deadline - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+    return time.process_time() - c0
+
+
 def _instance_init() -> None:
     # Ctrl-C goes to the whole process group; the front shuts the instances down in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -233,6 +254,7 @@ class SampleServer:
         self._pool: ProcessPoolExecutor | None = None
         self._backend = Slots(config.concurrency)
         self._slots = Slots(config.instances)
+        self._return_lag = 0.0  # seconds from an instance's deadline to the front seeing it done
         self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
 
@@ -287,16 +309,20 @@ class SampleServer:
         try:
             if cfg.mode == "cpu":
                 async with self._slots:
-                    t_hold = loop.time()
+                    t_hold = time.monotonic()
                     seconds = cfg.service_ms / 1000.0
                     if cfg.clock == "cpu":
                         cpu = await loop.run_in_executor(self._pool, burn, seconds, "cpu")
                     else:
-                        until = loop.time() + seconds - TIMER_EARLY
+                        # The instance sleeps out the tail itself, to a deadline that is early by
+                        # how late its answers reach the front (the hand-off back, measured).
                         spin = seconds * (1 - cfg.tail)
-                        cpu = await loop.run_in_executor(self._pool, burn, spin, "wall")
-                        await asyncio.sleep(max(0.0, until - loop.time()))
-                    self._slots.note_hold(loop.time() - t_hold)
+                        early = min(self._return_lag, seconds * cfg.tail)
+                        deadline = t_hold + seconds - early
+                        cpu = await loop.run_in_executor(self._pool, hold, spin, deadline)
+                        lag = max(0.0, time.monotonic() - deadline)
+                        self._return_lag += 0.1 * (lag - self._return_lag)
+                    self._slots.note_hold(time.monotonic() - t_hold)
             else:
                 cpu = 0.0
                 if cfg.io_cpu_ms > 0:

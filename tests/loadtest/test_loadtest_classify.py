@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -52,10 +53,17 @@ pytestmark = pytest.mark.timeout(10)
         ),
         pytest.param(
             [(1, 40, 0.9), (2, 41, 1.9)],
+            "service",
+            "compute",
+            "low",
+            id="flat but busy CPU at every count: compute-bound, what limited it unknown",
+        ),
+        pytest.param(
+            [(1, 40, 0.9), (2, 41, 0.2)],
             "machine",
             "io",
-            "low",
-            id="flat but busy CPU: still machine, flagged",
+            "high",
+            id="busy alone but idle beside a second instance: a shared bottleneck",
         ),
         pytest.param(
             [(2, 40, 1.8), (4, 80, 3.6), (1, 19, 0.9)],
@@ -76,6 +84,105 @@ def test_classify(
     assert d["evidence"]["points"][0]["instances"] == min(n for n, _, _ in points)
     assert "scaling efficiency" in d["reasons"][0]
     assert "keyStrategy: " + strategy in render_text(c)
+
+
+# The sample service in cpu mode (2 ms of CPU per request) measured on a two-core machine:
+# 1.34x at two instances, each instance burning 0.66 cores, the load tester beside them.
+SMALL_HOST = [
+    Measurement(1, 583.0, 0.7, "1", sender_cpu_cores=(0.55,)),
+    Measurement(2, 781.0, 1.32, "2", sender_cpu_cores=(0.6,)),
+]
+
+
+@pytest.mark.parametrize(
+    ("points", "extra", "limited_by", "confidence", "said"),
+    [
+        pytest.param(
+            SMALL_HOST,
+            {"available_cores": 2},
+            "host-cpu",
+            "medium",
+            "1.92 of the 2 cores",
+            id="two instances on two cores beside the load tester: the host's CPU",
+        ),
+        pytest.param(
+            [Measurement(1, 300, 0.5), Measurement(2, 330, 0.95)],
+            {"cpu_limit_cores": 1.0, "available_cores": 8},
+            "cpu-limit",
+            "medium",
+            "0.95 of its 1-core CPU limit",
+            id="two instances under one 1-core limit: the limit",
+        ),
+        pytest.param(
+            [
+                Measurement(1, 300, 0.5, sender_cpu_cores=(0.97,)),
+                Measurement(2, 320, 0.9, sender_cpu_cores=(0.98,)),
+            ],
+            {"available_cores": 16},
+            "load-tester",
+            "medium",
+            "0.98 cores",
+            id="a sender at a full core: the load tester's own share",
+        ),
+        pytest.param(
+            SMALL_HOST,
+            {},
+            "unknown",
+            "low",
+            "--host-cores",
+            id="nothing known to be full: compute-bound all the same, at low confidence",
+        ),
+    ],
+)
+def test_busy_instances_that_did_not_double_are_compute_bound(
+    points: list[Measurement], extra: dict[str, float], limited_by: str, confidence: str, said: str
+) -> None:
+    c = classify(points, **extra)
+    assert (c.key_strategy, c.bound, c.confidence) == ("service", "compute", confidence), c.reasons
+    assert c.evidence["scaling_limited_by"] == limited_by
+    text = render_text(c)
+    assert f"limited by {limited_by}" in text and said in text, text
+    assert "concentrat" not in " ".join(c.reasons).replace("concentrating a compute-bound", "")
+
+
+@pytest.mark.parametrize(
+    ("points", "extra", "strategy", "bound"),
+    [
+        pytest.param(
+            [Measurement(n, 240.0 * n, 0.45 * n) for n in (1, 2, 4)],
+            {},
+            "service",
+            "compute",
+            id="cpu sample, each instance in a pod with half a core: scales at 1, 2 and 4",
+        ),
+        pytest.param(
+            [Measurement(1, 583, 0.7), Measurement(2, 781, 1.32), Measurement(4, 800, 1.4)],
+            {"available_cores": 1.5},
+            "service",
+            "compute",
+            id="cpu sample on a host full at two instances: still compute at 4",
+        ),
+        pytest.param(
+            [Measurement(n, 40.0, 0.02 * n) for n in (1, 2, 4)],
+            {},
+            "machine",
+            "io",
+            id="io sample at 1, 2 and 4 instances: flat and idle",
+        ),
+    ],
+)
+def test_the_samples_at_one_two_and_four_instances(
+    points: list[Measurement], extra: dict[str, float], strategy: str, bound: str
+) -> None:
+    c = classify(points, **extra)
+    assert (c.key_strategy, c.bound) == (strategy, bound), c.reasons
+    assert [p["instances"] for p in c.evidence["points"]] == [1, 2, 4]
+
+
+def test_a_measurement_says_what_it_had_before_the_command_line() -> None:
+    own = [replace(m, available_cores=16.0) for m in SMALL_HOST]
+    c = classify(own, available_cores=2)
+    assert c.evidence["scaling_limited_by"] == "unknown"  # 1.92 of 16 cores is not full
 
 
 def test_the_best_measurement_per_instance_count_is_used() -> None:
@@ -109,6 +216,14 @@ def _result(tmp_path: Path, name: str, **fields: object) -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(doc))
     return path
+
+
+def test_parse_measurement_reads_the_senders_and_the_host(tmp_path: Path) -> None:
+    f = _result(
+        tmp_path, "r.json", knee={"server_cpu_cores": 1.32, "sender_cpu_cores": [0.4, 0.2]}, host={"cpus": 2}
+    )
+    m = parse_measurement(str(f))
+    assert (m.cpu_cores, m.sender_cpu_cores, m.available_cores) == (1.32, (0.4, 0.2), 2.0)
 
 
 def test_parse_measurement_from_files_and_numbers(tmp_path: Path) -> None:

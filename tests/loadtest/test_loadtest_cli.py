@@ -34,6 +34,9 @@ def test_classify_from_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["classify", "--json", "1=40:0.05", "2=41:0.05"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["keyStrategy"] == "machine" and doc["bound"] == "io"
+    assert main(["classify", "--json", "--host-cores", "1.5", "1=583:0.7", "2=781:1.32"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["keyStrategy"], doc["evidence"]["scaling_limited_by"]) == ("service", "host-cpu")
 
 
 def test_compare_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
