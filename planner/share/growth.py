@@ -67,6 +67,8 @@ def grow(
 ) -> Grown:
     """Counts and splits for every item of ``problem`` (``levels``/``held`` per item), placed."""
     n = len(problem.items)
+    if any(not it.splits for it in problem.items):
+        return Grown(None, None, True, Method.NONE, infeasible=True)
     placed = greedy_place(problem, [0] * n, previous)
     if placed is not None:
         return Grown([0] * n, placed, True, Method.FAST_PATH)

@@ -128,6 +128,8 @@ def _grow_all(
         problem = pool.problem([(e, pool.counts(e)) for e in entries])
         before = pool.previous(entries)
         if fast_only:
+            if any(not it.splits for it in problem.items):
+                return None
             placed = greedy_place(problem, [0] * len(entries), before)
             if placed is None:
                 return None
