@@ -100,7 +100,7 @@ def load_ok(free: Sequence[int], out: Sequence[Shared]) -> None:
                 load[int(node[1:])] += k * a.units
                 if a.strategy is not None and a.strategy.value == "service":
                     assert k == 1, (s.name, a)
-    assert all(l <= f for l, f in zip(load, free, strict=True)), (load, free)
+    assert all(used <= f for used, f in zip(load, free, strict=True)), (load, free)
 
 
 def holdings(out: Sequence[Shared]) -> list[Previous | None]:
