@@ -250,12 +250,21 @@ def _placed_result(
         left = max(0.5, deadline - time.monotonic())
         result = plan(fixed, snap.using(others), seconds=left, workers=workers, previous=where)
     else:
-        result = _from_joint(fixed, pools.problems[p], mine, joint, p)
+        others = reservations(pools.pools, {k: (u, n) for k, (_, u, n) in placed.items()}, skip=p)
+        result = _from_joint(fixed, [_left(pr, others) for pr in pools.problems[p]], mine, joint, p)
     if before is not None and result.feasible:
         result = replace(result, moved=moved_from(result.allocations, before))
     elif before is None:
         result = replace(result, moved=None)
     return replace(result, optimal=result.optimal and proven)
+
+
+def _left(problem: TypeProblem, others: Mapping[str, Mapping[str, int]]) -> TypeProblem:
+    """The problem on what the other plans leave free (what the plan's explanation reasons on)."""
+    rn = problem.resource.resource_name
+    per = 1000 if problem.resource.kind is ResourceKind.CPU else 1
+    nodes = tuple((n, f - others.get(n, {}).get(rn, 0) // per) for n, f in problem.nodes)
+    return replace(problem, nodes=nodes)
 
 
 def _from_joint(
