@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import cached_property
 
 from planner.base.strategies import Strategy, Topology
-from planner.model.options import Item, Split, TypeProblem, build_item, build_problems
+from planner.model.options import Item, NodesMemo, Split, TypeProblem, build_item, build_problems
 from planner.model.result import Previous as PlanPrevious
 from planner.model.spec import PlanSpec, Request, ResourceKind, ResourceType, Snapshot
 from planner.search.place import NodeCounts, Previous
@@ -56,11 +57,11 @@ class Pool:
     nodes: tuple[tuple[str, int], ...]  # (name, free units): no plan's instances counted
     entries: list[Entry] = field(default_factory=list)
 
-    @property
+    @cached_property
     def free(self) -> int:
         return sum(f for _, f in self.nodes)
 
-    @property
+    @cached_property
     def largest(self) -> int:
         return max((f for _, f in self.nodes), default=0)
 
@@ -131,14 +132,11 @@ class Pools:
     problems: list[list[TypeProblem]]  # plan -> its own problems (each request at its max)
     entangled: bool  # some types overlap without being equal: no exact joint model
     special: list[bool]  # plan -> needs the single-plan planner to place it (devices, zones, CPU)
+    where: dict[tuple[int, str], int]  # (plan, type name) -> its pool
 
     def pool_of(self, plan: int, resource: str) -> Pool:
         """The pool holding ``plan``'s requests of the type named ``resource``."""
-        for pi in self.of_plan[plan]:
-            pool = self.pools[pi]
-            if any(e.plan == plan and e.request.resource == resource for e in pool.entries):
-                return pool
-        raise KeyError(resource)
+        return self.pools[self.where[plan, resource]]
 
 
 def build_pools(
@@ -150,8 +148,11 @@ def build_pools(
     problems: list[list[TypeProblem]] = []
     special: list[bool] = []
     order: list[tuple[str, frozenset[str]]] = []
+    memo: NodesMemo = {}
+    where: dict[tuple[int, str], int] = {}
+    names: dict[tuple[tuple[str, int], ...], frozenset[str]] = {}
     for p, spec in enumerate(specs):
-        mine = build_problems(spec, snap)
+        mine = build_problems(spec, snap, memo=memo)
         problems.append(mine)
         special.append(
             any(pr.topology_aware or pr.zoned or pr.resource.kind is ResourceKind.CPU for pr in mine)
@@ -159,7 +160,9 @@ def build_pools(
         )
         touched: list[int] = []
         for pr in mine:
-            key = (pr.resource.resource_name, frozenset(n for n, _ in pr.nodes))
+            if pr.nodes not in names:  # the same tuple for every plan that shares the memo entry
+                names[pr.nodes] = frozenset(n for n, _ in pr.nodes)
+            key = (pr.resource.resource_name, names[pr.nodes])
             if key not in by_key:
                 by_key[key] = Pool(pr.resource, pr.nodes)
                 order.append(key)
@@ -173,6 +176,7 @@ def build_pools(
                     )
                 )  # fmt: skip
             idx = order.index(key)
+            where[p, pr.resource.name] = idx
             if idx not in touched:
                 touched.append(idx)
         of_plan.append(touched)
@@ -182,23 +186,35 @@ def build_pools(
         for b in keys[i + 1 :]:
             if a[0] == b[0] and a[1] != b[1] and a[1] & b[1]:
                 entangled = True
-    return Pools([by_key[k] for k in order], of_plan, problems, entangled, special)
+    return Pools([by_key[k] for k in order], of_plan, problems, entangled, special, where)
 
 
 def reservations(
-    pools: Sequence[Pool], placed: Mapping[str, tuple[int, NodeCounts]], skip: int | None = None
+    pools: Sequence[Pool], placed: Mapping[str, tuple[int, NodeCounts]], only: int | None = None
 ) -> dict[str, dict[str, int]]:
-    """node -> resource name -> units the placed entries hold (CPU in millicores), but ``skip``'s."""
+    """node -> resource name -> units the placed entries hold (CPU in millicores); ``only``: just
+    that plan's entries."""
     out: dict[str, dict[str, int]] = {}
     for pool in pools:
         rn = pool.resource.resource_name
         per = 1000 if pool.resource.kind is ResourceKind.CPU else 1
         for e in pool.entries:
-            if e.plan == skip or e.label not in placed:
+            if (only is not None and e.plan != only) or e.label not in placed:
                 continue
             units, nodes = placed[e.label]
             for node, k in nodes.items():
                 if k:
                     slot = out.setdefault(node, {})
                     slot[rn] = slot.get(rn, 0) + k * units * per
+    return out
+
+
+def without(
+    everyone: Mapping[str, Mapping[str, int]], mine: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, int]]:
+    """``everyone``'s units less ``mine`` (what the other plans hold)."""
+    out = {node: dict(units) for node, units in everyone.items()}
+    for node, units in mine.items():
+        for rn, k in units.items():
+            out[node][rn] -= k
     return out

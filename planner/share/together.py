@@ -37,7 +37,7 @@ from planner.search.place import NodeCounts, greedy_place
 from planner.share.admission import Verdict, admit, fits
 from planner.share.growth import Grown, grow
 from planner.share.outcome import Admission, BelowMax, Grant, Shared, plan_name
-from planner.share.pools import Entry, Pools, build_pools, reservations
+from planner.share.pools import Entry, Pools, build_pools, reservations, without
 
 GRANT_SECONDS = 0.2  # at most this long to tell "held by other plans" from "no room", per request
 
@@ -162,12 +162,14 @@ def _answers(
         e.plan for pp in joint if pp.grown.choice is None for e in pp.entries
     }  # a pool without a plan (time ran out): its plans are not placed
     proven_joint = all(pp.grown.proven for pp in joint) and all(v.proven for v in verdicts.values())
+    used = reservations(pools.pools, {k: (u, n) for k, (_, u, n) in placed.items()})
+    residual = Residual(used)
     out: dict[int, Shared] = {}
     for p in order:
         spec, verdict = specs[p], verdicts[p]
         if verdict.reason is Admission.ADMITTED and p not in failed:
             result = _placed_result(
-                spec, p, snap, prev[p], pools, joint, placed, proven_joint, deadline, workers
+                spec, p, snap, prev[p], pools, joint, placed, used, residual, proven_joint, deadline, workers
             )
             out[p] = Shared(
                 spec, True, Admission.ADMITTED, result, grants=_grants(p, specs, pools, placed, order)
@@ -232,6 +234,8 @@ def _placed_result(
     pools: Pools,
     joint: Sequence[PoolPlan],
     placed: Mapping[str, tuple[int, int, NodeCounts]],
+    used: Mapping[str, Mapping[str, int]],
+    residual: Residual,
     proven: bool,
     deadline: float,
     workers: int,
@@ -244,14 +248,14 @@ def _placed_result(
         for e in pools.pools[pi].entries
         if e.plan == p and e.label in placed
     }
+    own = reservations(pools.pools, {k: (u, n) for k, (_, u, n) in placed.items()}, p)
     if pools.special[p]:
-        others = reservations(pools.pools, {k: (u, n) for k, (_, u, n) in placed.items()}, skip=p)
+        others = without(used, own)
         where: PlanPrevious = {k: Placement(u, dict(n)) for k, (c, u, n) in mine.items() if c}
         left = max(0.5, deadline - time.monotonic())
         result = plan(fixed, snap.using(others), seconds=left, workers=workers, previous=where)
     else:
-        others = reservations(pools.pools, {k: (u, n) for k, (_, u, n) in placed.items()}, skip=p)
-        result = _from_joint(fixed, [_left(pr, others) for pr in pools.problems[p]], mine, joint, p)
+        result = _from_joint(fixed, [residual.of(pr, own) for pr in pools.problems[p]], mine, joint, p)
     if before is not None and result.feasible:
         result = replace(result, moved=moved_from(result.allocations, before))
     elif before is None:
@@ -259,12 +263,29 @@ def _placed_result(
     return replace(result, optimal=result.optimal and proven)
 
 
-def _left(problem: TypeProblem, others: Mapping[str, Mapping[str, int]]) -> TypeProblem:
-    """The problem on what the other plans leave free (what the plan's explanation reasons on)."""
-    rn = problem.resource.resource_name
-    per = 1000 if problem.resource.kind is ResourceKind.CPU else 1
-    nodes = tuple((n, f - others.get(n, {}).get(rn, 0) // per) for n, f in problem.nodes)
-    return replace(problem, nodes=nodes)
+class Residual:
+    """Each type's nodes with what every plan holds taken, worked out once per node list; a plan's
+    own view adds its own cards back (what its explanation reasons on)."""
+
+    def __init__(self, used: Mapping[str, Mapping[str, int]]) -> None:
+        self.used = used
+        self.base: dict[int, tuple[list[tuple[str, int]], dict[str, int]]] = {}
+
+    def of(self, problem: TypeProblem, own: Mapping[str, Mapping[str, int]]) -> TypeProblem:
+        rn = problem.resource.resource_name
+        per = 1000 if problem.resource.kind is ResourceKind.CPU else 1
+        key = id(problem.nodes)
+        if key not in self.base:
+            used = self.used
+            nodes = [(n, f - used[n].get(rn, 0) // per if n in used else f) for n, f in problem.nodes]
+            self.base[key] = (nodes, {n: i for i, (n, _) in enumerate(nodes)})
+        nodes, index = self.base[key]
+        mine = list(nodes)
+        for node, units in own.items():
+            i = index.get(node)
+            if i is not None and units.get(rn):
+                mine[i] = (node, mine[i][1] + units[rn] // per)
+        return replace(problem, nodes=tuple(mine))
 
 
 def _from_joint(
@@ -281,6 +302,7 @@ def _from_joint(
     score = Fraction(0)
     method = {e.request.resource: pp.grown for pp in joint for e in pp.entries if e.plan == p}
     for pr in problems:
+        largest = pr.largest
         items: list[Item] = []
         choice: list[int] = []
         nodes: list[NodeCounts] = []
@@ -290,7 +312,7 @@ def _from_joint(
                 continue
             one = build_item(
                 len(items), Request(it.request.operator, it.request.resource, cards, it.request.machines),
-                it.strategy, len(pr.nodes), pr.largest, spec.scoring, it.topology,
+                it.strategy, len(pr.nodes), largest, spec.scoring, it.topology,
             )  # fmt: skip
             s = next(s for s, sp in enumerate(one.splits) if sp.units == units)
             items.append(one)
