@@ -25,14 +25,20 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planner.base.codes import Method
 from planner.model.options import TypeProblem
-from planner.search import classes
-from planner.search.cpsat import cp_model
-from planner.search.place import NodeCounts, Previous, greedy_place
+from planner.search.place import FreeUnits, NodeCounts, Previous, greedy_place, place_one, release
 
 CLASS_LINEARIZATION = 2  # as the single-plan search: the LP of the distinct-node choices pays
+# past this many splits in a pool the staged model is too large to prove within a re-plan's time:
+# the requests are grown one by one (a plan, not a proof)
+MODEL_SPLITS = 3_000
+
+if TYPE_CHECKING:  # OR-Tools is loaded only when the fast path does not decide
+    from planner.search import classes
+    from planner.search.cpsat import cp_model
 
 
 @dataclass
@@ -47,6 +53,8 @@ class Grown:
 
 
 def _solver(seconds: float, workers: int) -> cp_model.CpSolver:
+    from planner.search.cpsat import cp_model
+
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, seconds)
     solver.parameters.num_workers = workers
@@ -72,11 +80,25 @@ def grow(
     placed = greedy_place(problem, [0] * n, previous)
     if placed is not None:
         return Grown([0] * n, placed, True, Method.FAST_PATH)
+    filled = waterfill(problem, levels, held, previous)
+    if sum(len(it.splits) for it in problem.items) > MODEL_SPLITS:
+        if filled is None:
+            return Grown(None, None, False, Method.CP_SAT)
+        return Grown(filled[0], filled[1], False, Method.GREEDY)
+    from planner.search import classes
+    from planner.search.cpsat import cp_model
+
     keep = [_previous_split(problem, i, previous) for i in range(n)]
     apart = {i: (levels[i], held[i], keep[i]) for i in range(n)}
     cm = classes.build(problem, apart=apart)
     if cm is None:
-        return _descend(problem, previous)
+        if filled is None:
+            return Grown(None, None, False, Method.CP_SAT)
+        return Grown(filled[0], filled[1], False, Method.GREEDY)
+    if filled is not None:  # a feasible start for the first stage
+        for gi, grp in enumerate(cm.groups):
+            for s in range(len(grp.first.splits)):
+                cm.model.add_hint(cm.x[gi, s], sum(1 for it in grp.items if filled[0][it.index] == s))
     stages = _stages(cm, levels, held, keep)
     deadline = time.monotonic() + seconds
     solver: cp_model.CpSolver | None = None
@@ -90,7 +112,9 @@ def grow(
             return Grown(None, None, True, Method.CP_SAT, infeasible=True)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if solver is None:
-                return Grown(None, None, False, Method.CP_SAT)
+                if filled is None:
+                    return Grown(None, None, False, Method.CP_SAT)
+                return Grown(filled[0], filled[1], False, Method.GREEDY)
             proven = False
             break  # keep the last stage's solution
         solver = fresh
@@ -175,18 +199,52 @@ def _read(cm: classes.ClassModel, solver: cp_model.CpSolver, keep: Sequence[int 
     return choice
 
 
-def _descend(problem: TypeProblem, previous: Previous) -> Grown:
-    """Too many node patterns for the class model: lower the counts of the lowest priority's
-    requests step by step until a greedy placement succeeds (a plan, not a proof)."""
-    choice = [0] * len(problem.items)
-    order = sorted(range(len(problem.items)), key=lambda i: -i)
-    for i in order:
-        while True:
-            placed = greedy_place(problem, choice, previous)
-            if placed is not None:
-                return Grown(choice, placed, False, Method.CP_SAT)
-            if choice[i] + 1 >= len(problem.items[i].splits):
+def waterfill(
+    problem: TypeProblem, levels: Sequence[int], held: Sequence[int], previous: Previous
+) -> tuple[list[int], list[NodeCounts]] | None:
+    """Every request at its min, then grown one at a time in the order of growth (priority, what
+    it held, input order) to the most cards that still place, best split first. None when the
+    mins do not place greedily."""
+    items = problem.items
+    start = []
+    for it in items:
+        least = next(
+            (s for s, sp in enumerate(it.splits) if sp.instances * sp.units == it.request.least), None
+        )
+        if least is None:
+            return None
+        start.append(least)
+    placed = greedy_place(problem, start, previous)
+    if placed is None:
+        return None
+    free = FreeUnits(problem.nodes)
+    for it, here in zip(items, placed, strict=True):
+        for node, k in here.items():
+            free.take(node, k * it.splits[start[it.index]].units)
+    room = sum(free.free.values())
+    choice = list(start)
+    for i in sorted(range(len(items)), key=lambda i: (levels[i], -held[i], i)):
+        it, now = items[i], items[i].splits[choice[i]]
+        had = now.instances * now.units
+        if had == it.request.cards:
+            continue
+        release(free, placed[i], now.units)
+        room += had
+        units, nodes = previous.get(it.label, (0, {}))
+        for s, sp in enumerate(it.splits):  # most cards first, then best score
+            cards = sp.instances * sp.units
+            if cards < had:
                 break
-            choice[i] += 1
-    placed = greedy_place(problem, choice, previous)
-    return Grown(choice if placed else None, placed, False, Method.CP_SAT)
+            if cards > room:
+                continue
+            got = place_one(it, sp, free, nodes if units == sp.units else None)
+            if got is not None:
+                choice[i], placed[i] = s, got
+                break
+        else:
+            got = None
+        if got is None:  # nothing better fits: back where it was
+            for node, k in placed[i].items():
+                free.take(node, k * now.units)
+        room -= it.splits[choice[i]].instances * it.splits[choice[i]].units
+    return choice, placed
