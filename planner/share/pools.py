@@ -56,6 +56,7 @@ class Pool:
     resource: ResourceType  # the first plan's type (the others name the same resource)
     nodes: tuple[tuple[str, int], ...]  # (name, free units): no plan's instances counted
     entries: list[Entry] = field(default_factory=list)
+    _items: dict[tuple[str, tuple[int, ...]], Item] = field(default_factory=dict, repr=False)
 
     @cached_property
     def free(self) -> int:
@@ -74,7 +75,14 @@ class Pool:
 
     def item(self, index: int, entry: Entry, counts: Sequence[int]) -> Item:
         """The item choosing among ``counts``: their splits, most cards first, then best score."""
-        n, largest = len(self.nodes), self.largest
+        key = (entry.label, tuple(counts))
+        made = self._items.get(key)
+        if made is None:
+            made = self._items[key] = self._item(entry, counts)
+        return made if made.index == index else replace(made, index=index)
+
+    def _item(self, entry: Entry, counts: Sequence[int]) -> Item:
+        index, n, largest = 0, len(self.nodes), self.largest
         splits: list[Split] = []
         rejected: list[tuple[int, int, str]] = []
         for c in counts:

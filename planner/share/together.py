@@ -37,7 +37,7 @@ from planner.search.place import NodeCounts, greedy_place
 from planner.share.admission import Verdict, admit, fits
 from planner.share.growth import Grown, grow
 from planner.share.outcome import Admission, BelowMax, Grant, Shared, plan_name
-from planner.share.pools import Entry, Pools, build_pools, reservations, without
+from planner.share.pools import Entry, Pool, Pools, build_pools, reservations, without
 
 GRANT_SECONDS = 0.2  # at most this long to tell "held by other plans" from "no room", per request
 
@@ -356,28 +356,54 @@ def _grants(
     order: Sequence[int],
 ) -> tuple[Grant, ...]:
     """Each elastic request's cards and, below its max, why: other plans hold the cards it could
-    use (it would get more with its own plan alone on the pool), or there is no room."""
+    use (its next count fits with its own plan alone on the pool), or there is no room. The
+    requests of one pool are asked together first; one by one only if that does not fit."""
+    got = {e.label: placed.get(e.label, (0,))[0] for pi in pools.of_plan[p] for e in pools.pools[pi].entries}
+    why: dict[str, tuple[BelowMax, tuple[str, ...]]] = {}
+    for pi in pools.of_plan[p]:
+        pool = pools.pools[pi]
+        mine = [e for e in pool.entries if e.plan == p]
+        short: dict[str, int] = {}
+        for e in mine:
+            if got[e.label] < e.request.cards:
+                c = _next_count(pool, e, got[e.label])
+                if c is not None:
+                    short[e.label] = c
+        holders = sorted({e.plan for e in pool.entries if e.plan != p and got[e.label] > 0}, key=order.index)
+        names = tuple(plan_name(specs[o]) for o in holders)
+        if not short or not holders:
+            continue
+        ask = [(e, [short.get(e.label, got[e.label])]) for e in mine if short.get(e.label, got[e.label])]
+        if fits(pool.problem(ask), GRANT_SECONDS) is True:
+            why |= {label: (BelowMax.HELD, names) for label in short}
+            continue
+        for label, c in short.items():
+            one = [(e, [c if e.label == label else got[e.label]]) for e in mine]
+            if fits(pool.problem([(e, n) for e, n in one if n[0]]), GRANT_SECONDS) is True:
+                why[label] = (BelowMax.HELD, names)
     out = []
     for r in specs[p].requests:
         if not r.elastic:
             continue
         pool = pools.pool_of(p, r.resource)
         entry = next(e for e in pool.entries if e.plan == p and e.request == r)
-        got = placed.get(entry.label, (0, 0, {}))[0]
-        if got >= r.cards:
-            out.append(Grant(r.operator, r.resource, got, r.least, r.cards))
+        cards = got[entry.label]
+        if cards >= r.cards:
+            out.append(Grant(r.operator, r.resource, cards, r.least, r.cards))
             continue
-        others = sorted(
-            {e.plan for e in pool.entries if e.plan != p and placed.get(e.label, (0,))[0] > 0},
-            key=order.index,
-        )
-        more = pool.counts(entry, got + 1, r.cards)
-        mine = [(e, [placed.get(e.label, (0,))[0]]) for e in pool.entries if e.plan == p and e is not entry]
-        roomy = bool(others) and fits(pool.problem([*mine, (entry, more)]), GRANT_SECONDS) is True
-        why = BelowMax.HELD if roomy else BelowMax.NO_ROOM
-        names = tuple(plan_name(specs[o]) for o in others) if roomy else ()
-        out.append(Grant(r.operator, r.resource, got, r.least, r.cards, why, names))
+        reason, names = why.get(entry.label, (BelowMax.NO_ROOM, ()))
+        out.append(Grant(r.operator, r.resource, cards, r.least, r.cards, reason, names))
     return tuple(out)
+
+
+def _next_count(pool: Pool, entry: Entry, now: int) -> int | None:
+    """The least count above ``now`` the request has a split for (None: none up to its max)."""
+    for c in range(now + 1, entry.request.cards + 1):
+        if c > pool.free:
+            return None
+        if pool.item(0, entry, [c]).splits:
+            return c
+    return None
 
 
 def preempted_text(holders: Sequence[str]) -> str:
