@@ -66,7 +66,7 @@ class Packed:
     def add(self, problem: TypeProblem) -> list[tuple[NodeCounts, int]] | None:
         """Place every item (largest instances first) on what is left; None (nothing taken) if
         one does not place."""
-        if self.free is None:
+        if self.free is None or any(not it.splits for it in problem.items):
             return None
         done: list[tuple[NodeCounts, int]] = []
         for it in sorted(problem.items, key=lambda it: (-it.splits[0].units, not it.distinct, it.index)):
