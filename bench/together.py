@@ -50,7 +50,9 @@ def together(
             if i % 3 == 2:  # a third elastic: from about half to twice
                 step = machines or 1
                 count = {"min": (cards // 2) // step * step, "max": cards * 2}
-            reqs[op] = {"resourceNum": {typ: count}, "machineNum": {typ: machines}} if machines else {typ: count}
+            reqs[op] = (
+                {"resourceNum": {typ: count}, "machineNum": {typ: machines}} if machines else {typ: count}
+            )
         out.append(
             {
                 "apiVersion": "gpuplan.ragnaros.io/v1alpha1",
