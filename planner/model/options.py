@@ -159,6 +159,13 @@ def _splits(
     return tuple(splits), tuple(rejected)
 
 
+def splits_of(
+    strategy: Strategy, cards: int, machines: int | None, n: int, largest: int, scoring: str
+) -> tuple[tuple[Split, ...], tuple[tuple[int, int, str], ...]]:
+    """A request's admissible splits for ``cards``, best first, and the rejected ones (cached)."""
+    return _splits(strategy, cards, machines, n, largest, scoring)
+
+
 def build_item(
     index: int,
     request: Request,

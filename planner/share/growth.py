@@ -72,12 +72,14 @@ def grow(
     *,
     seconds: float,
     workers: int = 1,
+    fast: bool = True,
 ) -> Grown:
-    """Counts and splits for every item of ``problem`` (``levels``/``held`` per item), placed."""
+    """Counts and splits for every item of ``problem`` (``levels``/``held`` per item), placed.
+    ``fast``: try the fast path (the caller may know it already failed on these items)."""
     n = len(problem.items)
     if any(not it.splits for it in problem.items):
         return Grown(None, None, True, Method.NONE, infeasible=True)
-    placed = greedy_place(problem, [0] * n, previous)
+    placed = greedy_place(problem, [0] * n, previous) if fast else None
     if placed is not None:
         return Grown([0] * n, placed, True, Method.FAST_PATH)
     filled = waterfill(problem, levels, held, previous)

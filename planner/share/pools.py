@@ -28,7 +28,7 @@ from fractions import Fraction
 from functools import cached_property
 
 from planner.base.strategies import Strategy, Topology
-from planner.model.options import Item, NodesMemo, Split, TypeProblem, build_item, build_problems
+from planner.model.options import Item, NodesMemo, Split, TypeProblem, build_problems, splits_of
 from planner.model.result import Previous as PlanPrevious
 from planner.model.spec import PlanSpec, Request, ResourceKind, ResourceType, Snapshot
 from planner.search.place import NodeCounts, Previous
@@ -82,23 +82,16 @@ class Pool:
         return made if made.index == index else replace(made, index=index)
 
     def _item(self, entry: Entry, counts: Sequence[int]) -> Item:
-        index, n, largest = 0, len(self.nodes), self.largest
+        n, largest = len(self.nodes), self.largest
         splits: list[Split] = []
         rejected: list[tuple[int, int, str]] = []
+        machines, strategy, scoring = entry.request.machines, entry.strategy, entry.scoring
         for c in counts:
             if c == 0:
                 continue
-            one = build_item(
-                index,
-                replace(entry.request, cards=c, minimum=None),
-                entry.strategy,
-                n,
-                largest,
-                entry.scoring,
-                entry.topology,
-            )
-            splits.extend(one.splits)
-            rejected.extend(one.rejected)
+            good, bad = splits_of(strategy, c, machines, n, largest, scoring)
+            splits.extend(good)
+            rejected.extend(bad)
         if 0 in counts:  # runs nothing: no instance, of a size the others use already
             splits.append(Split(0, min((s.units for s in splits), default=1), Fraction(0)))
         splits.sort(key=lambda s: -s.instances * s.units)  # stable: best score first per count
@@ -106,7 +99,7 @@ class Pool:
             entry.label, entry.request.resource, max(counts, default=0), entry.request.machines,
             min(counts, default=0),
         )  # fmt: skip
-        return Item(index, request, entry.strategy, tuple(splits), tuple(rejected), entry.topology)
+        return Item(0, request, entry.strategy, tuple(splits), tuple(rejected), entry.topology)
 
     def problem(self, chosen: Sequence[tuple[Entry, Sequence[int]]]) -> TypeProblem:
         """The pool's problem for these entries, each with the counts it may take."""

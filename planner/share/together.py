@@ -78,15 +78,13 @@ def plan_together(
     pools = build_pools(specs, snap, prev, levels)
     if pools.entangled:
         return _one_by_one(specs, snap, prev, order, deadline, workers)
-    everyone = {p: Verdict(Admission.ADMITTED) for p in range(len(specs))}
-    grown = _grow_all(pools, set(everyone), deadline, workers, fast_only=True)
-    if grown is None:
-        verdicts = admit(pools, order, (deadline - time.monotonic()) / 3, workers)
-        admitted = {p for p, v in verdicts.items() if v.reason is Admission.ADMITTED}
-        grown = _grow_all(pools, admitted, deadline, workers, fast_only=False)
-        assert grown is not None
+    fast = _fast(pools)
+    if all(f is not None for f in fast):  # every max placed: everyone admitted, the order proven
+        verdicts = {p: Verdict(Admission.ADMITTED) for p in range(len(specs))}
     else:
-        verdicts = everyone
+        verdicts = admit(pools, order, (deadline - time.monotonic()) / 3, workers)
+    admitted = {p for p, v in verdicts.items() if v.reason is Admission.ADMITTED}
+    grown = _grow_all(pools, admitted, fast, deadline, workers)
     return _answers(specs, snap, prev, order, pools, verdicts, grown, deadline, workers)
 
 
@@ -117,29 +115,40 @@ class PoolPlan:
         return out
 
 
+def _fast(pools: Pools) -> list[PoolPlan | None]:
+    """Per pool, every request of every plan at its max, best split, placed greedily (None where
+    that fails): where it places, every objective is at its bound."""
+    out: list[PoolPlan | None] = []
+    for pool in pools.pools:
+        problem = pool.problem([(e, pool.counts(e)) for e in pool.entries])
+        placed = None
+        if all(it.splits for it in problem.items):
+            placed = greedy_place(problem, [0] * len(problem.items), pool.previous(pool.entries))
+        got = Grown([0] * len(problem.items), placed, True, Method.FAST_PATH) if placed is not None else None
+        out.append(PoolPlan(problem, list(pool.entries), got) if got is not None else None)
+    return out
+
+
 def _grow_all(
-    pools: Pools, admitted: set[int], deadline: float, workers: int, fast_only: bool
-) -> list[PoolPlan] | None:
-    """Every pool's growth for the admitted plans (``fast_only``: None unless every pool's fast
-    path places every request at its max)."""
+    pools: Pools, admitted: set[int], fast: Sequence[PoolPlan | None], deadline: float, workers: int
+) -> list[PoolPlan]:
+    """Every pool's growth for the admitted plans (a pool whose fast path placed every plan, with
+    every plan admitted, keeps that answer; one whose fast path failed on the same plans does not
+    try it again)."""
     out: list[PoolPlan] = []
     for pi, pool in enumerate(pools.pools):
         entries = [e for e in pool.entries if e.plan in admitted]
+        everyone = len(entries) == len(pool.entries)
+        done = fast[pi]
+        if everyone and done is not None:
+            out.append(done)
+            continue
         problem = pool.problem([(e, pool.counts(e)) for e in entries])
-        before = pool.previous(entries)
-        if fast_only:
-            if any(not it.splits for it in problem.items):
-                return None
-            placed = greedy_place(problem, [0] * len(entries), before)
-            if placed is None:
-                return None
-            got = Grown([0] * len(entries), placed, True, Method.FAST_PATH)
-        else:
-            left = max(0.1, (deadline - time.monotonic()) / (len(pools.pools) - pi))
-            got = grow(
-                problem, [e.level for e in entries], [e.held for e in entries], before,
-                seconds=left, workers=workers,
-            )  # fmt: skip
+        left = max(0.1, (deadline - time.monotonic()) / (len(pools.pools) - pi))
+        got = grow(
+            problem, [e.level for e in entries], [e.held for e in entries], pool.previous(entries),
+            seconds=left, workers=workers, fast=not everyone,
+        )  # fmt: skip
         out.append(PoolPlan(problem, entries, got))
     return out
 
