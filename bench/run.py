@@ -197,7 +197,8 @@ def topology_point(
 def release_point(size: int, fill: float, rel: dict[str, str] | None) -> dict[str, Any]:
     """One point of the single-plan curve, today's planner and the release, best of three each."""
     tag = "tight" if fill > 0.9 else "loose"
-    p, n = str(OUT / f"scale-{tag}-{size}-plan.json"), str(OUT / f"scale-{tag}-{size}-nodes.json")
+    plan, nodes, _ = scale(size, size // 5 if fill < 0.9 else None, fill)
+    p, n = write(f"scale-{tag}-{size}", plan, nodes)
     args = ["plan", p, "--nodes", n, "-o", "json", "-q"]
     now = [run([*CLI, *args]) for _ in range(3)]
     then = [run([*RELEASE_CLI, *args], rel) for _ in range(3)] if rel else []
@@ -254,7 +255,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer points, no baseline, no brute force")
     ap.add_argument("--baseline-timeout", type=float, default=90.0)
     ap.add_argument("--together", action="store_true", help="only the several-plans points")
+    ap.add_argument("--release", action="store_true", help="only single plans beside the release")
     args = ap.parse_args()
+    if args.release:
+        print(HEAD)
+        rel = baseline_env(RELEASE)
+        points = [release_point(s, f, rel) for f in (0.35, 0.97) for s in (100, 500, 1000, 2000, 5000)]
+        (OUT / "release-bench.json").write_text(json.dumps(points, indent=2))
+        return
     if args.together:
         print(HEAD)
         points = [together_point(size, fill) for size in (1000, 5000) for fill in (0.5, 1.0, 1.3)]

@@ -145,12 +145,44 @@ def _grow_all(
             continue
         problem = pool.problem([(e, pool.counts(e)) for e in entries])
         left = max(0.1, (deadline - time.monotonic()) / (len(pools.pools) - pi))
-        got = grow(
-            problem, [e.level for e in entries], [e.held for e in entries], pool.previous(entries),
-            seconds=left, workers=workers, fast=not everyone,
-        )  # fmt: skip
+        levels, held = [e.level for e in entries], [e.held for e in entries]
+        before = pool.previous(entries)
+        got = grow(problem, levels, held, before, seconds=left / 2, workers=workers, fast=not everyone)
+        running = [e.previous for e in pool.entries if e.plan not in admitted and e.previous]
+        if running and got.choice is not None:
+            # the plans not admitted keep what they run where they can: the same answer that
+            # leaves their cards alone, if there is one, is the one taken
+            spared = _spare(problem, running)
+            other = grow(spared, levels, held, before, seconds=left / 2, workers=workers)
+            if other.choice is not None and _key(spared, other, levels, held) == _key(
+                problem, got, levels, held
+            ):
+                got = replace(other, proven=got.proven)
         out.append(PoolPlan(problem, entries, got))
     return out
+
+
+def _spare(problem: TypeProblem, running: Sequence[tuple[int, Mapping[str, int]]]) -> TypeProblem:
+    """The problem with the cards that plans not admitted run on taken out."""
+    taken: dict[str, int] = {}
+    for units, nodes in running:
+        for node, k in nodes.items():
+            taken[node] = taken.get(node, 0) + k * units
+    return replace(problem, nodes=tuple((n, max(0, f - taken.get(n, 0))) for n, f in problem.nodes))
+
+
+def _key(
+    problem: TypeProblem, grown: Grown, levels: Sequence[int], held: Sequence[int]
+) -> tuple[Fraction, ...]:
+    """What growth and score established: per priority, highest first, the cards kept of what was
+    held and all the cards; then the score."""
+    assert grown.choice is not None
+    chosen = [it.splits[c] for it, c in zip(problem.items, grown.choice, strict=True)]
+    cards = [Fraction(0)] * (2 * (max(levels, default=0) + 1))
+    for sp, level, had in zip(chosen, levels, held, strict=True):
+        cards[2 * level] += min(sp.instances * sp.units, had)
+        cards[2 * level + 1] += sp.instances * sp.units
+    return (*cards, sum((sp.score for sp in chosen), Fraction(0)))
 
 
 def _answers(
