@@ -64,9 +64,7 @@ def test_several_files_print_one_object_per_plan_in_file_order(tmp_path, capsys)
     assert all(p["optimal"] for p in plans)
 
 
-def test_without_the_urgent_plan_both_fit_and_the_elastic_one_says_who_holds_the_rest(
-    tmp_path, capsys
-) -> None:  # type: ignore[no-untyped-def]
+def test_without_the_urgent_plan_the_elastic_one_names_who_holds_the_rest(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     code, out, _ = run(tmp_path, capsys, [FENCE, STAGING], "-o", "json")
     assert code == 0
     fence, staging = json.loads(out)["plans"]
