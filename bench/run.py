@@ -195,13 +195,17 @@ def topology_point(
 
 
 def release_point(size: int, fill: float, rel: dict[str, str] | None) -> dict[str, Any]:
-    """One point of the single-plan curve, today's planner and the release, best of three each."""
+    """One point of the single-plan curve, today's planner and the release, taking turns (so both
+    see the same load), best of five each."""
     tag = "tight" if fill > 0.9 else "loose"
     plan, nodes, _ = scale(size, size // 5 if fill < 0.9 else None, fill)
     p, n = write(f"scale-{tag}-{size}", plan, nodes)
     args = ["plan", p, "--nodes", n, "-o", "json", "-q"]
-    now = [run([*CLI, *args]) for _ in range(3)]
-    then = [run([*RELEASE_CLI, *args], rel) for _ in range(3)] if rel else []
+    now, then = [], []
+    for _ in range(5):
+        now.append(run([*CLI, *args]))
+        if rel:
+            then.append(run([*RELEASE_CLI, *args], rel))
     wall, mb, res = min(now, key=lambda r: r[0])
     label = f"{size} nodes, {tag}"
     row(label, "gpuplan", wall, mb, res)
