@@ -2,7 +2,7 @@
 
 Notes
 -----
-It applies section 6's order literally and tries everything: plans in order (priority, then
+It applies the order of docs/sharing.md literally and tries everything: plans in order (priority, then
 holding a placement, then input order), each admitted when some choice of splits at the mins
 of it and of the plans admitted before it packs (:func:`tests.bruteforce.pack_exact`); then
 every choice of count and split for the admitted requests, keeping the one with the best key:

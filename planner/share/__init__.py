@@ -6,5 +6,7 @@
   becoming a choice of count as well as of split.
 - ``admission``: which plans run, in order, each beside the mins of those before it.
 - ``growth``: cards above the mins by priority, then score, then staying put, proven by stages.
+- ``answers``: each plan's result read off the joint placement, its grants, or why it was not
+  admitted and what it keeps.
 - ``together``: the entry, :func:`plan_together`.
 """

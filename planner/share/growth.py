@@ -11,7 +11,7 @@ next:
    (``Σ min(c, held)``), then all the cards of that priority. Holding comes first so that a plan
    never takes cards from one of equal or higher priority that holds them, and an elastic
    request that shrank grows back only on cards no plan before it keeps (no oscillation);
-2. the total score of section 2, each request's term at its chosen count;
+2. the total score (each request's term of the split table at its chosen count);
 3. the requests that keep their previous count and split (so planning again with nothing changed
    changes nothing); the placement then puts instances back where they were.
 
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from planner.base.codes import Method
 from planner.model.options import TypeProblem
 from planner.search.place import FreeUnits, NodeCounts, Previous, greedy_place, place_one, release
+from planner.share.pools import Entry
 
 CLASS_LINEARIZATION = 2  # as the single-plan search: the LP of the distinct-node choices pays
 # past this many splits in a pool the staged model is too large to prove within a re-plan's time:
@@ -250,3 +251,23 @@ def waterfill(
                 free.take(node, k * now.units)
         room -= it.splits[choice[i]].instances * it.splits[choice[i]].units
     return choice, placed
+
+
+@dataclass
+class PoolPlan:
+    """One pool's admitted entries, their problem (items in entry order) and its growth."""
+
+    problem: TypeProblem
+    entries: list[Entry]
+    grown: Grown
+
+    def placed(self) -> dict[str, tuple[int, int, NodeCounts]]:
+        """label -> (cards, units per instance, node -> instances) of every placed entry."""
+        g = self.grown
+        if g.choice is None or g.nodes is None:
+            return {}
+        out = {}
+        for it, e in zip(self.problem.items, self.entries, strict=True):
+            sp = it.splits[g.choice[it.index]]
+            out[e.label] = (sp.instances * sp.units, sp.units, g.nodes[it.index])
+        return out

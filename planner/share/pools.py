@@ -11,7 +11,7 @@ plans as they serve one.
 
 A request with a range becomes an item whose splits are those of every count it may take, most
 cards first, then best score: choosing a split is choosing a count. A range that allows 0 adds a
-split of no instances. Splits keep their score (section 2 with ``p`` the chosen count), so the
+split of no instances. Splits keep their score (the split table's term with ``p`` the chosen count), so the
 search's score is the plans' total score; growth weighs counts in stages of its own
 (:mod:`planner.share.growth`).
 
