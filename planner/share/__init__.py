@@ -8,5 +8,6 @@
 - ``growth``: cards above the mins by priority, then score, then staying put, proven by stages.
 - ``answers``: each plan's result read off the joint placement, its grants, or why it was not
   admitted and what it keeps.
-- ``together``: the entry, :func:`plan_together`.
+- ``joint``: several plans: admission, growth per pool, the answers, the fallbacks.
+- ``together``: the entry, :func:`plan_together` (a single fixed plan never loads the rest).
 """

@@ -4,9 +4,10 @@ Notes
 -----
 The order is the one users are promised (docs/sharing.md): higher priority first; at equal
 priority a plan that holds an applied placement before one that does not, then the input order
-(oldest first; the command line: the order of its files). Admission is greedy *by definition*: a plan's fate depends only on the
-plans before it, so a later plan never unseats an earlier one and planning again with nothing
-changed admits the same plans (the admitted ones now hold their cards and come no later).
+(oldest first; the command line: the order of its files). Admission is greedy *by definition*:
+a plan's fate depends only on the plans before it, so a later plan never unseats an earlier one
+and planning again with nothing changed admits the same plans (the admitted ones now hold their
+cards and come no later).
 
 A plan's mins fit when, in every pool it has requests in, its requests at their mins and those of
 the plans admitted before it can all be split and placed: the counting bound and the greedy
