@@ -136,3 +136,43 @@ def test_manifests_rank_the_higher_priority_plan_s_classes_first(tmp_path, capsy
 def test_bad_input_names_the_file_and_field(tmp_path, capsys, plans, message) -> None:  # type: ignore[no-untyped-def]
     code, out, err = run(tmp_path, capsys, plans, "-o", "json")
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_on_a_live_cluster_the_file_is_planned_with_the_cluster_s_plans(
+    tmp_path, capsys, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from gpuplan import live
+
+    def body(doc: dict[str, Any], status: dict[str, Any]) -> Any:
+        meta = doc["metadata"]
+        return type(
+            "Body",
+            (),
+            {"namespace": meta["namespace"], "name": meta["name"], "spec": doc["spec"], "status": status},
+        )()
+
+    held = {"phase": "Applied", "allocations": [
+        {"operator": "face_1vn", "resource": "P4", "instances": 1, "unitsPerInstance": 8, "nodes": {"p4-002": 1}}
+    ]}  # fmt: skip
+    holder = named("holder", {"face_1vn": {"P4": 8}}, "prod", priority=5)
+    cluster = live.LiveCluster(
+        nodes=node_list(NODES),
+        pods={"apiVersion": "v1", "kind": "List", "items": []},
+        plans=(live._plan_of(body(holder, held)), live._plan_of(body(STAGING, {}))),
+        server="https://test",
+    )
+    monkeypatch.setattr(live, "read_cluster", lambda kubeconfig, context: cluster)
+    mine = named("mine", {"body_1vn": {"P4": 8}}, "dev")
+    f = tmp_path / "mine.yaml"
+    f.write_text(yaml.safe_dump(mine))
+    code = main(["plan", str(f), "-o", "json", "-q"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    # the holder keeps its node; staging (older, in the cluster) comes before the file's plan
+    # and takes the other 16 cards: the file's plan is preempted, naming both
+    assert code == 3 and doc["admitted"] is False and doc["admission"] == "Preempted", err
+    assert doc["heldBy"] == ["prod/holder", "staging/fence-staging"]
+    code = main(["plan", str(f), "-q"])
+    out, _ = capsys.readouterr()
+    assert "The cluster's other plans, planned together with these:" in out
+    assert "prod/holder (priority 5): admitted, 8/8 cards" in out
