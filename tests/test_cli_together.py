@@ -138,9 +138,7 @@ def test_bad_input_names_the_file_and_field(tmp_path, capsys, plans, message) ->
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
 
 
-def test_on_a_live_cluster_the_file_is_planned_with_the_cluster_s_plans(
-    tmp_path, capsys, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+def test_live_plans_the_file_with_the_cluster_s_plans(tmp_path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from gpuplan import live
 
     def body(doc: dict[str, Any], status: dict[str, Any]) -> Any:
