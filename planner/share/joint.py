@@ -100,8 +100,9 @@ def _grow_all(
         left = max(0.1, (deadline - time.monotonic()) / (len(pools.pools) - pi))
         levels, held = [e.level for e in entries], [e.held for e in entries]
         before = pool.previous(entries)
-        got = grow(problem, levels, held, before, seconds=left / 2, workers=workers, fast=not everyone)
         running = [e.previous for e in pool.entries if e.plan not in admitted and e.previous]
+        share = left / 2 if running else left
+        got = grow(problem, levels, held, before, seconds=share, workers=workers, fast=not everyone)
         if running and got.choice is not None:
             # the plans not admitted keep what they run where they can: the same answer that
             # leaves their cards alone, if there is one, is the one taken
