@@ -189,7 +189,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for a in mine:
             if a not in placed:
                 why = a.result.reason or a.reason.value
-                print(f"gpuplan: {a.name}: no deployable plan: {why}", file=sys.stderr)
+                who = f"{a.name}: " if several else ""
+                print(f"gpuplan: {who}no deployable plan: {why}", file=sys.stderr)
         if args.output == "values":
             from planner import values_yaml
 
