@@ -86,3 +86,13 @@ def test_types_that_overlap_without_being_equal_are_planned_one_after_another() 
                 used[node] = used.get(node, 0) + k * a.units
     assert used == {"p4-000": 8, "p4-001": 8, "t4-000": 8}
     assert n.grants[0].cards == 16  # the higher priority first: all the P4 cards
+
+
+def test_an_operator_asking_for_two_types_gets_each_on_its_own_nodes() -> None:
+    snap = snapshot(node_list([("p4-000", "P4", 8), ("p4-001", "P4", 8), ("t4-000", "T4", 8)]))
+    both = named("both", {"face_feature_extract": {"P4": {"min": 1, "max": 2}, "T4": 2}})
+    other = named("other", {"face_1vn": {"P4": 4}})
+    mine, _ = plan_together([both, other], snap)
+    where = {a.resource: {n for n, _ in a.nodes} for a in mine.result.allocations}
+    assert where["P4"] <= {"p4-000", "p4-001"} and where["T4"] == {"t4-000"}
+    assert mine.result.cards_placed == 4

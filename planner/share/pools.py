@@ -40,7 +40,7 @@ class Entry:
 
     plan: int  # index of its plan in the input
     request: Request  # as the plan asks it (``cards`` is its max)
-    label: str  # unique in the pool: ``<plan>:<operator>``
+    label: str  # unique among all plans' requests: ``<plan>:<operator>:<type>``
     strategy: Strategy
     scoring: str
     topology: Topology
@@ -110,8 +110,9 @@ class Pool:
         return {e.label: e.previous for e in entries if e.previous is not None}
 
 
-def label(plan: int, operator: str) -> str:
-    return f"{plan}:{operator}"
+def label(plan: int, request: Request) -> str:
+    """Unique among every plan's requests: an operator may ask for cards of several types."""
+    return f"{plan}:{request.operator}:{request.resource}"
 
 
 def held_cards(prev: PlanPrevious | None, request: Request) -> tuple[int, tuple[int, dict[str, int]] | None]:
@@ -172,7 +173,7 @@ def build_pools(
                 held, before = held_cards(previous[p], it.request)
                 pool.entries.append(
                     Entry(
-                        p, it.request, label(p, it.request.operator), it.strategy, spec.scoring,
+                        p, it.request, label(p, it.request), it.strategy, spec.scoring,
                         it.topology, levels[p], held, before,
                     )
                 )  # fmt: skip
