@@ -205,9 +205,11 @@ def _read(cm: classes.ClassModel, solver: cp_model.CpSolver, keep: Sequence[int 
 def waterfill(
     problem: TypeProblem, levels: Sequence[int], held: Sequence[int], previous: Previous
 ) -> tuple[list[int], list[NodeCounts]] | None:
-    """Every request at its min, then grown one at a time in the order of growth (priority, what
-    it held, input order) to the most cards that still place, best split first. None when the
-    mins do not place greedily."""
+    """Every request at what it ran (if all of that still places, else at its min), then grown
+    one at a time in the order of growth: per priority, highest first, each request back to what
+    it held, then each to its max (input order inside), to the most cards that still place, best
+    split first. Planning again with nothing changed puts every request back where it was, so it
+    changes nothing. None when the mins do not place greedily."""
     items = problem.items
     start = []
     for it in items:
@@ -217,40 +219,70 @@ def waterfill(
         if least is None:
             return None
         start.append(least)
-    placed = greedy_place(problem, start, previous)
+    # what each request ran, where that is still one of its choices: with nothing changed it all
+    # goes back, and growth goes on from there (a request never starts below what it held)
+    was = [_previous_split(problem, i, previous) for i in range(len(items))]
+    placed = None
+    if any(s is not None for s in was):
+        resumed = [s if s is not None else least for s, least in zip(was, start, strict=True)]
+        placed = greedy_place(problem, resumed, previous)
+        if placed is not None:
+            start = resumed
+    if placed is None:
+        placed = greedy_place(problem, start, previous)
     if placed is None:
         return None
     free = FreeUnits(problem.nodes)
     for it, here in zip(items, placed, strict=True):
         for node, k in here.items():
             free.take(node, k * it.splits[start[it.index]].units)
-    room = sum(free.free.values())
+    room = [sum(free.free.values())]
     choice = list(start)
-    for i in sorted(range(len(items)), key=lambda i: (levels[i], -held[i], i)):
-        it, now = items[i], items[i].splits[choice[i]]
-        had = now.instances * now.units
-        if had == it.request.cards:
-            continue
-        release(free, placed[i], now.units)
-        room += had
-        units, nodes = previous.get(it.label, (0, {}))
-        for s, sp in enumerate(it.splits):  # most cards first, then best score
-            cards = sp.instances * sp.units
-            if cards < had:
-                break
-            if cards > room:
-                continue
-            got = place_one(it, sp, free, nodes if units == sp.units else None)
-            if got is not None:
-                choice[i], placed[i] = s, got
-                break
-        else:
-            got = None
-        if got is None:  # nothing better fits: back where it was
-            for node, k in placed[i].items():
-                free.take(node, k * now.units)
-        room -= it.splits[choice[i]].instances * it.splits[choice[i]].units
+    for level in sorted(set(levels)):
+        at = [i for i in range(len(items)) if levels[i] == level]
+        for i in at:  # back to what it held
+            if held[i]:
+                _grow_one(
+                    problem, i, min(held[i], items[i].request.cards), choice, placed, free, room, previous
+                )
+        for i in at:  # then to its max
+            _grow_one(problem, i, items[i].request.cards, choice, placed, free, room, previous)
     return choice, placed
+
+
+def _grow_one(
+    problem: TypeProblem,
+    i: int,
+    cap: int,
+    choice: list[int],
+    placed: list[NodeCounts],
+    free: FreeUnits,
+    room: list[int],
+    previous: Previous,
+) -> None:
+    """Item ``i`` to the most cards up to ``cap`` that place on what is free (never fewer)."""
+    it, now = problem.items[i], problem.items[i].splits[choice[i]]
+    had = now.instances * now.units
+    if had >= cap:
+        return
+    release(free, placed[i], now.units)
+    room[0] += had
+    units, nodes = previous.get(it.label, (0, {}))
+    got = None
+    for s, sp in enumerate(it.splits):  # most cards first, then best score
+        cards = sp.instances * sp.units
+        if cards < had:
+            break
+        if cards > min(cap, room[0]):
+            continue
+        got = place_one(it, sp, free, nodes if units == sp.units else None)
+        if got is not None:
+            choice[i], placed[i] = s, got
+            break
+    if got is None:  # nothing better fits: back where it was
+        for node, k in placed[i].items():
+            free.take(node, k * now.units)
+    room[0] -= it.splits[choice[i]].instances * it.splits[choice[i]].units
 
 
 @dataclass
