@@ -181,3 +181,21 @@ def test_a_shrunk_request_grows_back_only_on_cards_no_plan_before_it_keeps(case,
             got = cards(out[q])
             for k, c in cards(first[q + 1]).items():
                 assert got.get(k, 0) >= c, (specs[q].name, k)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases())
+def test_growing_one_by_one_also_changes_nothing_when_planned_again(case) -> None:  # type: ignore[no-untyped-def]
+    """The plan for pools too large for the staged model (forced here on tiny ones)."""
+    from unittest.mock import patch
+
+    from planner.share import growth
+
+    free, specs = case
+    snap = snap_of(free)
+    with patch.object(growth, "MODEL_SPLITS", 0):
+        first = plan_together(specs, snap, seconds=20)
+        load_ok(free, first)
+        again = plan_together(specs, snap, holdings(first), seconds=20)
+    assert [s.admitted for s in again] == [s.admitted for s in first]
+    assert [s.result.allocations for s in again] == [s.result.allocations for s in first]
