@@ -8,6 +8,8 @@ draw a plan the same way.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -16,7 +18,7 @@ from planner import build_view, render_page, shown_result, why_not
 if TYPE_CHECKING:
     from gpuplan_operator.view import ClusterRead
 
-    from planner import PlanResult, PlanSpec, Snapshot
+    from planner import PlanResult, PlanSpec, Shared, Snapshot
 
 
 def _now() -> str:
@@ -27,6 +29,27 @@ def plan_page(spec: PlanSpec, snap: Snapshot, result: PlanResult, budget: float 
     """The page of a plan made here: its cells, and per request the explanation's "why not"."""
     shown = shown_result(spec, result, why_not(result, budget))
     return render_page(build_view([shown], snap), generated=f"planned by gpuplan at {_now()}")
+
+
+def plans_page(answers: Sequence[Shared], snap: Snapshot, budget: float = 10.0) -> str:
+    """The page of plans planned together here: each plan's cells, whether it was admitted and
+    why not, and what each elastic request got."""
+    shown = []
+    for a in answers:
+        one = shown_result(a.spec, a.result, why_not(a.result, budget))
+        grants = {(g.operator, g.resource): g.text for g in a.grants}
+        rows = tuple(
+            replace(r, elastic=grants[(r.operator, r.resource)]) if (r.operator, r.resource) in grants else r
+            for r in one.requests
+        )
+        message = one.message
+        if not a.admitted:
+            held = f" (the cards it needs are planned for {', '.join(a.holders)})" if a.holders else ""
+            message = f"not admitted: {a.reason.value}{held}"
+        shown.append(
+            replace(one, requests=rows, priority=a.spec.priority, admitted=a.admitted, message=message)
+        )
+    return render_page(build_view(shown, snap), generated=f"planned by gpuplan at {_now()}")
 
 
 def status_page(read: ClusterRead, keys: list[str]) -> str:

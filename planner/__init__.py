@@ -18,6 +18,7 @@ The folder shows the roles, bottom to top (the import contracts in ``pyproject.t
 - ``output``: what goes out: the rendered objects and values.yaml, the explanation, the picture
   of every node's cards (a view model, and the HTML page drawn from it).
 - ``planning``: the entry that plans one spec on one snapshot.
+- ``share``: several plans on one snapshot, by priority, with elastic ranges (``plan_together``).
 
 The command line and the operator import only from here, never from the sub-packages. Importing
 the package imports nothing else (``gpuplan --help`` should not pay for the planner): each name is
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
     from planner.planning import plan
     from planner.read.allocations import read_allocations
     from planner.read.parse import parse_plan, parse_spec, snapshot
+    from planner.share.outcome import Admission, BelowMax, Grant, Shared
+    from planner.share.together import plan_together
 
 _HOMES = {
     "planner.base.codes": ("ConflictKind",),
@@ -98,6 +101,8 @@ _HOMES = {
     "planner.planning": ("plan",),
     "planner.read.allocations": ("read_allocations",),
     "planner.read.parse": ("parse_plan", "parse_spec", "snapshot"),
+    "planner.share.outcome": ("Admission", "BelowMax", "Grant", "Shared"),
+    "planner.share.together": ("plan_together",),
 }
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -118,13 +123,17 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "PRIORITY_BASE",
     "PRIORITY_CLASS",
     "VERSION",
+    "Admission",
     "Allocation",
+    "BelowMax",
     "ConflictKind",
     "Desired",
+    "Grant",
     "InvalidInput",
     "PlanResult",
     "PlanSpec",
     "Previous",
+    "Shared",
     "Shown",
     "Snapshot",
     "View",
@@ -137,6 +146,7 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "plan",
     "plan_label_key",
     "plan_labels",
+    "plan_together",
     "previous_placements",
     "read_allocations",
     "render_desired",

@@ -30,6 +30,7 @@ class Method(StrEnum):
     PATTERNS = "patterns"  # the packing model (column generation over patterns) found a packing
     BOUND = "bound"  # a lower bound (L2 or the LP bound, with a checked certificate) refuted it
     COUNTING = "counting"  # more units requested than are free
+    GREEDY = "greedy"  # several plans: requests grown one by one (a plan, not a proof)
     NONE = "none"  # a request has no admissible split at all
 
 
