@@ -96,3 +96,24 @@ def test_an_operator_asking_for_two_types_gets_each_on_its_own_nodes() -> None:
     where = {a.resource: {n for n, _ in a.nodes} for a in mine.result.allocations}
     assert where["P4"] <= {"p4-000", "p4-001"} and where["T4"] == {"t4-000"}
     assert mine.result.cards_placed == 4
+
+
+def _devices_of(result: Any) -> list[tuple[str, str]]:
+    return [(node, d) for a in result.allocations for node, lists in a.devices for devs in lists for d in devs]
+
+
+def test_plans_planned_together_never_get_the_same_device() -> None:
+    from tests.test_topology import gpu_nodes, slices
+
+    domains = {"n0": [4, 4], "n1": [4, 4]}
+    snap = snapshot(gpu_nodes(list(domains)), slices_doc=slices(domains))
+    p4 = [{"name": "P4"}]
+    specs = [
+        named("a", {"face_1vn": {"P4": 8}, "face_feature_extract": {"P4": 2}}, resources=p4),
+        named("b", {"face_1vn": {"P4": 4}, "body_1vn": {"P4": 2}}, resources=p4),
+    ]
+    answers = plan_together(specs, snap)
+    assert all(a.admitted and a.result.feasible for a in answers)
+    given = [d for a in answers for d in _devices_of(a.result)]
+    assert len(given) == 16  # every card of both plans has a device of its own
+    assert len(set(given)) == len(given), "two plans were given the same device"

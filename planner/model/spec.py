@@ -10,7 +10,7 @@ compared, and so the operator can hand the same values to the CLI's renderer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
@@ -229,6 +229,14 @@ class Node:
         return self._units[0].get(resource_name, 0)
 
 
+def _without_devices(node: Node, names: set[str]) -> Node:
+    if not names:
+        return node
+    return replace(
+        node, devices=tuple(replace(d, free=False) if d.name in names else d for d in node.devices)
+    )
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The cluster as planned against: every node, schedulable or not."""
@@ -236,7 +244,12 @@ class Snapshot:
     nodes: tuple[Node, ...]
 
     def using(self, extra: Mapping[str, Mapping[str, int]]) -> Snapshot:
-        """The same cluster with ``extra`` (node -> resource -> units) used on top."""
+        """The same cluster with ``extra`` (node -> resource -> units) used on top.
+
+        A node whose GPUs are known one by one counts its free cards by free devices, not by
+        units: there the cards in ``extra`` (every resource but ``cpu``) also keep back as many of
+        its free devices, the last by name, so that what others hold by count is not planned on.
+        """
         if not extra:
             return self
         out = []
@@ -247,8 +260,21 @@ class Snapshot:
                 for k, v in more.items():
                     used[k] = used.get(k, 0) + v
                 n = replace(n, used=tuple(sorted(used.items())))
+                cards = sum(v for k, v in more.items() if k != "cpu")
+                if n.devices and cards > 0:
+                    free = [d.name for d in n.devices if d.free]
+                    n = _without_devices(n, set(free[max(0, len(free) - cards) :]))
             out.append(n)
         return Snapshot(tuple(out))
+
+    def taking(self, devices: Mapping[str, Collection[str]]) -> Snapshot:
+        """The same cluster with the named devices (node -> device names) no longer free: the
+        devices plans planned before have been given."""
+        if not any(devices.values()):
+            return self
+        return Snapshot(
+            tuple(_without_devices(n, set(devices[n.name])) if devices.get(n.name) else n for n in self.nodes)
+        )
 
     def labelled(self, resource: ResourceType) -> bool:
         """Does any node, schedulable or not, carry the resource type's labels?"""

@@ -85,7 +85,12 @@ def placed_result(
     proven: bool,
     deadline: float,
     workers: int,
+    given: DevicesGiven | None = None,
 ) -> PlanResult:
+    """Plan ``p``'s answer on the counts the joint search placed. A plan that places devices
+    (or zones, or CPU) is planned here on what the others hold; ``given`` tracks the devices plans
+    before it were given, so that two plans never get the same device (plans after it hold theirs
+    by count until their turn)."""
     counts = counts_of(p, pools, placed)
     fixed = fixed_counts(spec, counts)
     mine = {
@@ -96,10 +101,14 @@ def placed_result(
     }
     own = reservations(pools.pools, {k: (u, n) for k, (_, u, n) in placed.items()}, p)
     if pools.special[p]:
-        others = without(used, own)
+        given = given if given is not None else DevicesGiven()
+        others = without(without(used, own), given.units)
         where: PlanPrevious = {k: Placement(u, dict(n)) for k, (c, u, n) in mine.items() if c}
         left = max(0.5, deadline - time.monotonic())
-        result = plan(fixed, snap.using(others), seconds=left, workers=workers, previous=where)
+        result = plan(
+            fixed, snap.taking(given.devices).using(others), seconds=left, workers=workers, previous=where
+        )
+        given.add(result, own)
     else:
         result = _from_joint(fixed, [residual.of(pr, own) for pr in pools.problems[p]], mine, joint, p)
     if before is not None and result.feasible:
@@ -107,6 +116,26 @@ def placed_result(
     elif before is None:
         result = replace(result, moved=None)
     return replace(result, optimal=result.optimal and proven)
+
+
+class DevicesGiven:
+    """The devices plans planned one after another have been given (node -> device names), and
+    the units those plans hold (taken out of what the later plans see held by count)."""
+
+    def __init__(self) -> None:
+        self.devices: dict[str, set[str]] = {}
+        self.units: dict[str, dict[str, int]] = {}
+
+    def add(self, result: PlanResult, units: Mapping[str, Mapping[str, int]]) -> None:
+        if not result.feasible:
+            return
+        for a in result.allocations:
+            for node, lists in a.devices:
+                self.devices.setdefault(node, set()).update(d for devs in lists for d in devs)
+        for node, per in units.items():
+            slot = self.units.setdefault(node, {})
+            for rn, k in per.items():
+                slot[rn] = slot.get(rn, 0) + k
 
 
 class Residual:

@@ -24,6 +24,7 @@ from planner.model.spec import PlanSpec, ResourceKind, Snapshot
 from planner.search.place import NodeCounts, greedy_place
 from planner.share.admission import Verdict, admit
 from planner.share.answers import (
+    DevicesGiven,
     Residual,
     at_min_spec,
     grants,
@@ -159,12 +160,25 @@ def _answers(
     proven_joint = all(pp.grown.proven for pp in joint) and all(v.proven for v in verdicts.values())
     used = reservations(pools.pools, {k: (u, n) for k, (_, u, n) in placed.items()})
     residual = Residual(used)
+    given = DevicesGiven()
     out: dict[int, Shared] = {}
     for p in order:
         spec, verdict = specs[p], verdicts[p]
         if verdict.reason is Admission.ADMITTED and p not in failed:
             result = placed_result(
-                spec, p, snap, prev[p], pools, joint, placed, used, residual, proven_joint, deadline, workers
+                spec,
+                p,
+                snap,
+                prev[p],
+                pools,
+                joint,
+                placed,
+                used,
+                residual,
+                proven_joint,
+                deadline,
+                workers,
+                given,
             )
             out[p] = Shared(
                 spec, True, Admission.ADMITTED, result, grants=grants(p, specs, pools, placed, order)
@@ -197,11 +211,15 @@ def _one_by_one(
     from planner.share.together import plan_together
 
     taken: dict[str, dict[str, int]] = {}
+    given = DevicesGiven()  # devices are taken by name, not held back by count
     out: dict[int, Shared] = {}
     for step, p in enumerate(order):
         spec = specs[p]
         left = max(0.2, (deadline - time.monotonic()) / (len(order) - step))
-        (got,) = plan_together([spec], snap.using(taken), [prev[p]], seconds=left, workers=workers)
+        (got,) = plan_together(
+            [spec], snap.taking(given.devices).using(_counted(snap, taken)), [prev[p]], seconds=left,
+            workers=workers,
+        )  # fmt: skip
         if not got.admitted and got.reason is Admission.NO_ROOM:
             (free,) = plan_together([at_min_spec(spec)], snap, [None], seconds=left, workers=workers)
             if free.admitted:
@@ -209,6 +227,7 @@ def _one_by_one(
                 result = replace(got.result, reason=preempted_text(before))
                 got = Shared(spec, False, Admission.PREEMPTED, result, holders=before)
         if got.admitted:
+            given.add(got.result, {})
             for a in got.result.allocations:
                 rt = spec.resource(a.resource)
                 per = 1000 if rt.kind is ResourceKind.CPU else 1
@@ -217,3 +236,12 @@ def _one_by_one(
                     slot[rt.resource_name] = slot.get(rt.resource_name, 0) + k * a.units * per
         out[p] = replace(got, result=replace(got.result, optimal=False))
     return [out[p] for p in range(len(specs))]
+
+
+def _counted(snap: Snapshot, taken: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """``taken`` without the cards of nodes whose devices are known (those go by name)."""
+    devices = {n.name for n in snap.nodes if n.devices}
+    return {
+        node: {rn: k for rn, k in per.items() if node not in devices or rn == "cpu"}
+        for node, per in taken.items()
+    }
