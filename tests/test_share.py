@@ -99,7 +99,9 @@ def test_an_operator_asking_for_two_types_gets_each_on_its_own_nodes() -> None:
 
 
 def _devices_of(result: Any) -> list[tuple[str, str]]:
-    return [(node, d) for a in result.allocations for node, lists in a.devices for devs in lists for d in devs]
+    return [
+        (node, d) for a in result.allocations for node, lists in a.devices for devs in lists for d in devs
+    ]
 
 
 def test_plans_planned_together_never_get_the_same_device() -> None:
