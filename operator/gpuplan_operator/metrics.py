@@ -106,6 +106,23 @@ class Metrics:
         self.conflicts = Counter(
             "gpuplan_conflicts", "Conflicts reported by Infeasible reconciles, by kind.", ["kind"], registry=r
         )
+        self.cycle_seconds = Histogram(
+            "gpuplan_cycle_seconds",
+            "Time of one scheduling cycle, by stage (lock, snapshot, plan and write, readiness).",
+            ["stage"],
+            buckets=SECONDS,
+            registry=r,
+        )
+        self.cycles = Counter("gpuplan_cycles", "Scheduling cycles run.", registry=r)
+        self.cycle_plans = Histogram(
+            "gpuplan_cycle_plans_planned",
+            "Plans planned in one cycle (plans whose spec and inputs did not change are not).",
+            buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200),
+            registry=r,
+        )
+        self.cached = Gauge(
+            "gpuplan_cache_objects", "Objects held by the watched caches.", ["kind"], registry=r
+        )
         # every series that can exist without a plan starts at 0, so rates and alerts see it
         for phase in Phase:
             self.plans.labels(phase.value)
@@ -137,6 +154,20 @@ class Metrics:
             self.planner_branches.labels(stats.method.value).observe(stats.branches)
         for conflict in result.conflicts:
             self.conflicts.labels(conflict.kind.value).inc()
+
+    # --- cycles -------------------------------------------------------------------------------
+
+    def cycle(self, stages: Mapping[str, float], planned: int) -> None:
+        """One scheduling cycle ended: seconds per stage (and ``total``), plans it planned."""
+        self.cycles.inc()
+        for stage, seconds in stages.items():
+            self.cycle_seconds.labels(stage).observe(seconds)
+        self.cycle_seconds.labels("total").observe(sum(stages.values()))
+        self.cycle_plans.observe(planned)
+
+    def caches(self, sizes: Mapping[str, int]) -> None:
+        for kind, count in sizes.items():
+            self.cached.labels(kind).set(count)
 
     # --- plans --------------------------------------------------------------------------------
 

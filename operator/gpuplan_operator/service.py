@@ -118,6 +118,10 @@ class PlanService:
         self.lock = threading.Lock()
         self._took: dict[str, float] = {}  # seconds per stage of the reconcile in progress, for its log line
         self._lock_wait = 0.0  # seconds the reconcile in progress waited for the lock
+        # set by the cycle: where a plan's pods come from (its cache), and who hears of each status
+        # written (the cache again, so the next plan of the same cycle plans around it)
+        self.pods_source: Callable[[PlanBody], list[dict[str, Any]]] | None = None
+        self.on_status: Callable[[Mapping[str, Any]], None] | None = None
 
     # --- status -----------------------------------------------------------------------------
 
@@ -125,8 +129,10 @@ class PlanService:
         patch = st.status_patch(plan.status, new)
         if patch is None:
             return False
-        cluster.patch_plan_status(self.kube, plan.namespace, plan.name, patch)
+        written = cluster.patch_plan_status(self.kube, plan.namespace, plan.name, patch)
         self.metrics.wrote(PLAN_STATUS)
+        if self.on_status is not None and written:
+            self.on_status(written)
         return True
 
     def _finish(self, plan: PlanBody, new: Mapping[str, Any], reason: str, warn: bool) -> Outcome:
@@ -160,12 +166,20 @@ class PlanService:
             if plan is None:
                 self.metrics.plan_gone(namespace, name)
                 return None
-            self.metrics.replanning(trigger)
-            with self.metrics.reconcile_timer():
-                try:
-                    return self._reconcile(plan)
-                except ApiException as e:  # reading the cluster failed: say so in status, then retry
-                    return self._api_failure(plan, e)
+            try:
+                read = cluster.read_cluster(self.kube)
+            except ApiException as e:  # reading the cluster failed: say so in status, then retry
+                return self._api_failure(plan, e)
+            return self.reconcile_with(plan, read, trigger)
+
+    def reconcile_with(self, plan: PlanBody, read: cluster.ClusterRead, trigger: Trigger) -> Outcome:
+        """One plan against a cluster already read (the cycle's snapshot); the caller holds the lock."""
+        self.metrics.replanning(trigger)
+        with self.metrics.reconcile_timer():
+            try:
+                return self._reconcile(plan, read)
+            except ApiException as e:  # writing the cluster failed: say so in status, then retry
+                return self._api_failure(plan, e)
 
     def _api_failure(self, plan: PlanBody, error: ApiException) -> Outcome:
         """Status says ``Error``; when even that cannot be written, the outcome still does."""
@@ -189,7 +203,7 @@ class PlanService:
         planning = st.planning_status(plan.status, plan.generation)
         return plan.with_status(planning) if self._write_status(plan, planning) else plan
 
-    def _reconcile(self, plan: PlanBody) -> Outcome:
+    def _reconcile(self, plan: PlanBody, read: cluster.ClusterRead) -> Outcome:
         now = self.clock()
         try:
             spec = parse_spec(plan.spec, name=plan.name, namespace=plan.namespace)
@@ -200,7 +214,6 @@ class PlanService:
 
         self._took = {"lock wait": self._lock_wait}
         started = time.perf_counter()
-        read = cluster.read_cluster(self.kube)
         pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans))
         at = utcnow()
         nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
@@ -223,7 +236,7 @@ class PlanService:
         snapped = time.perf_counter()
         result = self._plan(spec, snap, _previous(plan.status))
         planned = time.perf_counter()
-        self._took |= {"cluster read": snapped - started, "plan": planned - snapped}
+        self._took |= {"snapshot": snapped - started, "plan": planned - snapped}
         if not result.feasible:
             reason = result.reason or "unknown reason"
             conflicts = [c.to_json() for c in result.conflicts]
@@ -311,6 +324,8 @@ class PlanService:
 
     def _plan_pods(self, plan: PlanBody) -> list[dict[str, Any]]:
         """The plan's pods, for readiness right after an apply (a failure fails the apply)."""
+        if self.pods_source is not None:
+            return self.pods_source(plan)
         try:
             return cluster.list_plan_pods(self.kube, plan.namespace, plan.name)
         except ApiException:
@@ -356,6 +371,26 @@ class PlanService:
                 if ready.ready:
                     self.events(plan, "Normal", Reason.READY, ready.message)
             return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready, stale=stale)
+
+    def check_readiness(self, plan: PlanBody) -> Outcome:
+        """The cycle's readiness check of an applied plan read from its cache (lock held)."""
+        old = plan.status
+        stale = old.get("observedGeneration") != plan.generation
+        if old.get("phase") != Phase.APPLIED:
+            phase = old.get("phase") or Phase.PLANNING.value
+            return Outcome(Phase(phase), str(old.get("message") or ""), stale=stale)
+        deployments, pods = [], []
+        if plan.deploy:
+            deployments = cluster.list_plan_deployments(self.kube, plan.namespace, plan.name)
+            pods = self._plan_pods(plan)
+        ready = readiness(deployments, pods, plan.label_key, plan.deploy)
+        generation = int(old.get("observedGeneration") or 0)
+        new = st.with_readiness(old, ready, generation, self.clock())
+        if self._write_status(plan, new):
+            log.info("%s: Ready=%s: %s", plan.ref, ready.ready, ready.message)
+            if ready.ready:
+                self.events(plan, "Normal", Reason.READY, ready.message)
+        return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready, stale=stale)
 
     # --- deletion ---------------------------------------------------------------------------
 
