@@ -17,6 +17,7 @@ The folder shows the roles, bottom to top (the import contracts in ``pyproject.t
 - ``node``: placement inside a node: devices and domains, NUMA zones, pods' CPU.
 - ``output``: what goes out: the rendered objects and values.yaml, the explanation.
 - ``planning``: the entry that plans one spec on one snapshot.
+- ``share``: several plans on one snapshot, by priority, with elastic ranges (``plan_together``).
 
 The command line and the operator import only from here, never from the sub-packages. Importing
 the package imports nothing else (``gpuplan --help`` should not pay for the planner): each name is
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
     from planner.planning import plan
     from planner.read.allocations import read_allocations
     from planner.read.parse import parse_plan, parse_spec, snapshot
+    from planner.share.outcome import Admission, BelowMax, Grant, Shared
+    from planner.share.together import plan_together
 
 _HOMES = {
     "planner.base.codes": ("ConflictKind",),
@@ -93,6 +96,8 @@ _HOMES = {
     "planner.planning": ("plan",),
     "planner.read.allocations": ("read_allocations",),
     "planner.read.parse": ("parse_plan", "parse_spec", "snapshot"),
+    "planner.share.outcome": ("Admission", "BelowMax", "Grant", "Shared"),
+    "planner.share.together": ("plan_together",),
 }
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -113,13 +118,17 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "PRIORITY_BASE",
     "PRIORITY_CLASS",
     "VERSION",
+    "Admission",
     "Allocation",
+    "BelowMax",
     "ConflictKind",
     "Desired",
+    "Grant",
     "InvalidInput",
     "PlanResult",
     "PlanSpec",
     "Previous",
+    "Shared",
     "Snapshot",
     "configmap_name",
     "explain",
@@ -128,6 +137,7 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "parse_spec",
     "plan",
     "plan_label_key",
+    "plan_together",
     "plan_labels",
     "previous_placements",
     "read_allocations",

@@ -132,7 +132,7 @@ def _counted(zones: Iterable[str]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(counts.items(), key=lambda zc: natural(zc[0])))
 
 
-def _allocations(problem: TypeProblem, out: Outcome) -> list[Allocation]:
+def allocations_of(problem: TypeProblem, out: Outcome) -> list[Allocation]:
     assert out.choice is not None and out.nodes is not None
     allocations = []
     zone_of = _zone_of(problem) if problem.zoned else {}
@@ -309,7 +309,7 @@ def plan(
             failed[i] = Conflict(problem.resource.name, ConflictKind.TIMEOUT, labels, detail)
             unknown.append(problem.resource.name)
             continue
-        placed[i] = _allocations(problem, out)
+        placed[i] = allocations_of(problem, out)
         if moves is not None:
             moves += out.moved or 0
         assert out.score is not None and out.bound is not None

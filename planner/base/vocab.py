@@ -80,13 +80,21 @@ def configmap_name(plan: str, part: int = 1) -> str:
     return dns_name(plan, "flamewakers", *([str(part)] if part > 1 else []), limit=253)
 
 
-def priority_class_name(units: int) -> str:
-    return f"{PRIORITY_PREFIX}{units}"
+def priority_class_name(units: int, priority: int = 0) -> str:
+    """``ragnaros-cluster-critical-8`` at plan priority 0; ``ragnaros-cluster-critical-p500-8`` at 500."""
+    return f"{PRIORITY_PREFIX}{units}" if priority == 0 else f"{PRIORITY_PREFIX}p{priority}-{units}"
 
 
 PRIORITY_BASE = 800_000_000  # the value of the classes is base + cards·1000 (user classes stay below 1e9)
+# one plan priority step is worth more than any instance size: cards rank inside a priority only.
+# 1000 steps of 199,000 above the default base stay below 1,000,000,000, the system classes' floor.
+PRIORITY_STEP = 199_000
+RANKED_UNITS = 198  # instances larger than this (no GPU node has that many) rank as this size
 
 
-def priority_value(units: int, base: int = PRIORITY_BASE) -> int:
-    """800008000 for 8 cards, 800007000 for 7, ...: a larger instance schedules, and preempts, first."""
-    return base + units * 1000
+def priority_value(units: int, base: int = PRIORITY_BASE, priority: int = 0) -> int:
+    """800008000 for 8 cards, 800007000 for 7, ...: a larger instance schedules, and preempts, first.
+
+    A plan's priority comes before its sizes: every class of priority ``p + 1`` is above every
+    class of priority ``p`` (``base + p·199000 + cards·1000``, cards capped at 198)."""
+    return base + priority * PRIORITY_STEP + min(units, RANKED_UNITS) * 1000

@@ -117,12 +117,26 @@ class OperatorSpec:
 
 @dataclass(frozen=True)
 class Request:
-    """Cards of one resource type asked for one operator."""
+    """Cards of one resource type asked for one operator.
+
+    ``cards`` is the most the request may get; ``minimum`` (an elastic request, ``{min, max}``)
+    the least it runs with. A fixed count leaves ``minimum`` unset: alone, a plan is planned at
+    ``cards`` exactly as before ranges existed; only planning plans together chooses a count.
+    """
 
     operator: str
     resource: str
     cards: int
     machines: int | None = None  # machineNum: fixes the instance count (special strategy)
+    minimum: int | None = None  # {min, max}: the least cards it runs with (None: exactly ``cards``)
+
+    @property
+    def least(self) -> int:
+        return self.cards if self.minimum is None else self.minimum
+
+    @property
+    def elastic(self) -> bool:
+        return self.least < self.cards
 
 
 @dataclass(frozen=True)
@@ -164,6 +178,7 @@ class PlanSpec:
     tolerations: tuple[Toleration, ...] = ()
     image: str = "ragnaros/flamewaker:latest"
     topology_attribute: str = STANDARD_DOMAIN  # the device attribute whose value is a GPU's domain
+    priority: int = 0  # plans planned together: a higher priority is admitted and grows first
 
     @cached_property
     def _by_name(self) -> tuple[dict[str, ResourceType], dict[str, OperatorSpec]]:

@@ -111,7 +111,7 @@ def _entry(
         "nodeSelector": dict(selector) | {plan_label_key(spec.namespace, spec.name): node_token(node)}
     }
     if resource.kind is ResourceKind.GPU:
-        pod["priorityClassName"] = priority_class_name(units)
+        pod["priorityClassName"] = priority_class_name(units, spec.priority)
     if spec.tolerations:
         pod["tolerations"] = [{k: v for k, v in vars(t).items() if v is not None} for t in spec.tolerations]
     resources: dict[str, Any] = {"limits": {resource.resource_name: units}}
@@ -317,8 +317,9 @@ def render_priority_classes(
     kinds: Mapping[str, ResourceKind],
     units: Iterable[int] = (),
     base: int = PRIORITY_BASE,
+    priority: int = 0,
 ) -> list[dict[str, Any]]:
-    """PriorityClasses for the instance sizes a plan uses on GPU resources.
+    """PriorityClasses for the instance sizes a plan uses on GPU resources, at the plan's priority.
 
     ``units``: the cards of each rendered flamewaker entry. A detached link service makes entries
     smaller than their allocation (a 4-card instance becomes a 3-card key service and a 1-card
@@ -330,10 +331,13 @@ def render_priority_classes(
         {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
-            "metadata": {"name": priority_class_name(n), "labels": dict(MANAGED_BY)},
-            "value": priority_value(n, base),
+            "metadata": {"name": priority_class_name(n, priority), "labels": dict(MANAGED_BY)},
+            "value": priority_value(n, base, priority),
             "globalDefault": False,
-            "description": f"Used for {n} gpus pod: larger instances schedule and preempt first.",
+            "description": f"Used for {n} gpus pod of plans of priority {priority}: higher plan "
+            "priorities, then larger instances, schedule and preempt first."
+            if priority
+            else f"Used for {n} gpus pod: larger instances schedule and preempt first.",
         }
         for n in sizes
     ]
@@ -441,7 +445,7 @@ def render_desired(spec: PlanSpec, result: PlanResult, priority_base: int = PRIO
     return Desired(
         node_labels=render_node_labels(spec, result),
         label_key=plan_label_key(spec.namespace, spec.name),
-        priority_classes=render_priority_classes(result, kinds, gpu_units, priority_base),
+        priority_classes=render_priority_classes(result, kinds, gpu_units, priority_base, spec.priority),
         configmaps=_configmaps(spec, flamewakers),
         deployments=_deployments(spec, flamewakers) if spec.deploy else [],
         claim_templates=[f.claim_template for f in flamewakers if f.claim_template is not None],

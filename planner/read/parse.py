@@ -44,6 +44,7 @@ _CPU_RE = re.compile(r"^[0-9]+(\.[0-9]+)?m?$")  # the CRD's pattern for cpuReque
 _SEED_LONG = {"resource_num": "resourceNum", "machine_num": "machineNum"}
 CONFIG_PLAN_NAME = "ragnaros"  # the plan a ragnaros_operator_config JSON becomes
 MAX_COUNT = 100_000  # cards (or machines) per request: as the CRD schema and admission policy say
+MAX_PRIORITY = 1000  # spec.priority: 0 (the default) to 1000
 
 
 def _count(value: Any, field: str) -> int:
@@ -73,7 +74,9 @@ def parse_plan(doc: Any) -> PlanSpec:
     doc = mapping(doc, "plan")
     config = _find_config(doc)
     if config is not None:  # the product's configuration names no plan: call it after itself
-        return parse_spec({"requests": _config_requests(config)}, name=CONFIG_PLAN_NAME, namespace="default")
+        return parse_spec(
+            {"requests": _config_requests(config)}, name=CONFIG_PLAN_NAME, namespace="default", ranges=False
+        )
     if doc.get("kind") != KIND:
         raise InvalidInput("kind", f"expected {KIND} (or a {SEED_KEY} JSON), got {doc.get('kind')!r}")
     if doc.get("apiVersion") != API_VERSION:
@@ -104,11 +107,12 @@ def _config_requests(seed: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def parse_spec(spec: Mapping[str, Any], name: str, namespace: str) -> PlanSpec:
-    """Parse and validate a plan's spec."""
+def parse_spec(spec: Mapping[str, Any], name: str, namespace: str, ranges: bool = True) -> PlanSpec:
+    """Parse and validate a plan's spec (``ranges``: card counts may be ``{min, max}``; the
+    product's JSON configuration has fixed counts only)."""
     resources = _parse_resources(spec.get("resources"))
     operators = _parse_operators(spec.get("operators"))
-    requests = _parse_requests(spec.get("requests"), resources, operators)
+    requests = _parse_requests(spec.get("requests"), resources, operators, ranges)
     scoring = spec.get("scoring", DEFAULT_SCORING) or DEFAULT_SCORING
     if not isinstance(scoring, str) or scoring not in SCORINGS:
         raise InvalidInput("scoring", f"must be one of {', '.join(SCORINGS)}, got {scoring!r}")
@@ -138,6 +142,7 @@ def parse_spec(spec: Mapping[str, Any], name: str, namespace: str) -> PlanSpec:
         tolerations=parse_tolerations(spec.get("tolerations"), "tolerations"),
         image=image,
         topology_attribute=attribute,
+        priority=_priority(spec.get("priority")),
     )
 
 
@@ -264,8 +269,27 @@ def _parse_cpu_request(value: Any, field: str) -> CpuRequest:
     return CpuRequest(millicores, str(value))
 
 
+def _range(value: Any, field: str, ranges: bool) -> tuple[int, int]:
+    """A card count ``p`` (meaning ``{min: p, max: p}``) or, where allowed, ``{min, max}``."""
+    if not isinstance(value, Mapping):
+        p = _count(value, field)
+        return p, p
+    if not ranges:
+        raise InvalidInput(field, f"expected a whole number of cards (ranges are for plan manifests), got {value!r}")
+    extra = sorted(set(value) - {"min", "max"})
+    if extra:
+        raise InvalidInput(f"{field}.{extra[0]}", "unknown field in a range: expected min and max")
+    for end in ("min", "max"):
+        if end not in value:
+            raise InvalidInput(f"{field}.{end}", "is required in a range {min, max}")
+    low, high = _count(value["min"], f"{field}.min"), _count(value["max"], f"{field}.max")
+    if low > high:
+        raise InvalidInput(f"{field}.min", f"must not exceed max ({low} > {high})")
+    return low, high
+
+
 def _parse_requests(
-    value: Any, resources: tuple[ResourceType, ...], operators: tuple[OperatorSpec, ...]
+    value: Any, resources: tuple[ResourceType, ...], operators: tuple[OperatorSpec, ...], ranges: bool = True
 ) -> tuple[Request, ...]:
     value = mapping(value if value is not None else {}, "requests")
     known_ops = {o.name for o in operators}
@@ -276,7 +300,8 @@ def _parse_requests(
         if op not in known_ops:
             raise InvalidInput(field, f"unknown operator {op!r} (not in spec.operators or the catalog)")
         body = mapping(body, field)
-        if "resourceNum" in body or "machineNum" in body:
+        long = "resourceNum" in body or "machineNum" in body
+        if long:
             extra = set(body) - {"resourceNum", "machineNum"}
             if extra:
                 raise InvalidInput(f"{field}.{sorted(extra)[0]}", "unknown field in the long form")
@@ -285,22 +310,35 @@ def _parse_requests(
         else:
             cards, machines = body, {}
         for res, n in cards.items():
+            where = f"{field}.resourceNum.{res}" if long and isinstance(n, Mapping) else f"{field}.{res}"
             if res not in known_res:
                 raise InvalidInput(f"{field}.{res}", f"unknown resource type {res!r}")
-            p = _count(n, f"{field}.{res}")
+            low, p = _range(n, where, ranges)
             m = _count(machines.get(res, 0) or 0, f"{field}.machineNum.{res}")
             if m and p == 0:
                 raise InvalidInput(field, f"machineNum {m} given for {res} but no {res} cards requested")
             if m and p % m:
                 raise InvalidInput(field, f"machineNum {m} does not divide {p} cards")
+            if m and low % m:
+                raise InvalidInput(f"{where}.min", f"machineNum {m} does not divide min {low}")
             if p:
-                out.append(Request(op, res, p, m or None))
+                out.append(Request(op, res, p, m or None, None if low == p else low))
         for res in machines:
             if res not in known_res:
                 raise InvalidInput(f"{field}.machineNum.{res}", f"unknown resource type {res!r}")
             if res not in cards and _count(machines[res] or 0, f"{field}.machineNum.{res}"):
                 raise InvalidInput(field, f"machineNum given for {res} but no {res} cards requested")
     return tuple(out)
+
+
+def _priority(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput("priority", f"expected a whole number from 0 to {MAX_PRIORITY}, got {value!r}")
+    if not 0 <= value <= MAX_PRIORITY:
+        raise InvalidInput("priority", f"must be from 0 to {MAX_PRIORITY}, got {value}")
+    return value
 
 
 def parse_tolerations(value: Any, field: str) -> tuple[Toleration, ...]:

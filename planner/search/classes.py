@@ -100,10 +100,16 @@ class Group:
         return self.items[0]
 
 
-def groups_of(items: Sequence[Item], forced: Mapping[int, int] | None) -> list[Group]:
+def groups_of(
+    items: Sequence[Item], forced: Mapping[int, int] | None, apart: Mapping[int, object] | None = None
+) -> list[Group]:
+    """``apart``: item index -> a tag; items with different tags never share a group (plans
+    planned together tell priorities, and what each request held, apart this way)."""
     out: dict[tuple[object, ...], list[Item]] = {}
     for it in items:
         key: tuple[object, ...] = (it.strategy, tuple((sp.instances, sp.units, sp.score) for sp in it.splits))
+        if apart is not None:
+            key = (*key, apart.get(it.index))
         if forced is not None and it.index in forced:
             key = (*key, "forced", it.index)  # a request with its split forced stands alone
         out.setdefault(key, []).append(it)
@@ -159,8 +165,10 @@ def build(
     problem: TypeProblem,
     subset: Sequence[int] | None = None,
     forced: Mapping[int, int] | None = None,
+    apart: Mapping[int, object] | None = None,
 ) -> ClassModel | None:
-    """The class model of ``problem`` (only ``subset`` of its items, splits ``forced``); None when too big."""
+    """The class model of ``problem`` (only ``subset`` of its items, splits ``forced``, groups kept
+    ``apart`` as :func:`groups_of` says); None when too big."""
     items = [it for it in problem.items if subset is None or it.index in subset]
     sizes = sorted({sp.units for it in items for sp in it.splits})
     classes = node_classes(problem)
@@ -175,7 +183,7 @@ def build(
             patterns.append(pats)
     else:
         patterns = [[] for _ in classes]
-    cm = ClassModel(problem, items, groups_of(items, forced), sizes, classes, patterns)
+    cm = ClassModel(problem, items, groups_of(items, forced, apart), sizes, classes, patterns)
     m = cm.model
     scores = [sp.score for it in items for sp in it.splits]
     cm.scale = math.lcm(*(s.denominator for s in scores)) if scores else 1

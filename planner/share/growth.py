@@ -1,0 +1,190 @@
+"""Cards above the mins, by priority, then score, then staying put: one pool, proven in stages.
+
+Notes
+-----
+Once the admitted plans are known, their requests in a pool choose a count (within their range)
+and a split. What counts is lexicographic, so it is solved as a sequence of objectives on one
+node-class model (:mod:`planner.search.classes`), each optimum fixed as a constraint before the
+next:
+
+1. per priority, highest first: the cards the requests of that priority *held* and still get
+   (``Σ min(c, held)``), then all the cards of that priority. Holding comes first so that a plan
+   never takes cards from one of equal or higher priority that holds them, and an elastic
+   request that shrank grows back only on cards no plan before it keeps (no oscillation);
+2. the total score of section 2, each request's term at its chosen count;
+3. the requests that keep their previous count and split (so planning again with nothing changed
+   changes nothing); the placement then puts instances back where they were.
+
+The fast path comes first: when every request's max, at its best split, places greedily, every
+objective is at its bound and nothing needs a solver. ``proven`` is true only when every stage
+was solved to optimality.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planner.base.codes import Method
+from planner.model.options import TypeProblem
+from planner.search import classes
+from planner.search.cpsat import cp_model
+from planner.search.place import NodeCounts, Previous, greedy_place
+
+CLASS_LINEARIZATION = 2  # as the single-plan search: the LP of the distinct-node choices pays
+
+
+@dataclass
+class Grown:
+    """One pool's answer: a split per item and where each item's instances go (None: no plan)."""
+
+    choice: list[int] | None
+    nodes: list[NodeCounts] | None
+    proven: bool
+    method: Method
+    infeasible: bool = False
+
+
+def _solver(seconds: float, workers: int) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, seconds)
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = 0
+    solver.parameters.cp_model_probing_level = 0
+    solver.parameters.linearization_level = CLASS_LINEARIZATION
+    return solver
+
+
+def grow(
+    problem: TypeProblem,
+    levels: Sequence[int],
+    held: Sequence[int],
+    previous: Previous,
+    *,
+    seconds: float,
+    workers: int = 1,
+) -> Grown:
+    """Counts and splits for every item of ``problem`` (``levels``/``held`` per item), placed."""
+    n = len(problem.items)
+    placed = greedy_place(problem, [0] * n, previous)
+    if placed is not None:
+        return Grown([0] * n, placed, True, Method.FAST_PATH)
+    keep = [_previous_split(problem, i, previous) for i in range(n)]
+    apart = {i: (levels[i], held[i], keep[i]) for i in range(n)}
+    cm = classes.build(problem, apart=apart)
+    if cm is None:
+        return _descend(problem, previous)
+    stages = _stages(cm, levels, held, keep)
+    deadline = time.monotonic() + seconds
+    solver: cp_model.CpSolver | None = None
+    proven = True
+    for k, expr in enumerate(stages):
+        cm.model.maximize(expr)
+        left = max(0.05, (deadline - time.monotonic()) / (len(stages) - k))
+        fresh = _solver(left, workers)
+        status = fresh.solve(cm.model)
+        if status == cp_model.INFEASIBLE:
+            return Grown(None, None, True, Method.CP_SAT, infeasible=True)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if solver is None:
+                return Grown(None, None, False, Method.CP_SAT)
+            proven = False
+            break  # keep the last stage's solution
+        solver = fresh
+        value = round(solver.objective_value)
+        if status == cp_model.OPTIMAL:
+            cm.model.add(expr == value)
+        else:
+            proven = False
+            cm.model.add(expr >= value)
+        cm.model.clear_hints()  # type: ignore[no-untyped-call]
+        for var in (*cm.x.values(), *cm.z.values()):
+            cm.model.add_hint(var, solver.value(var))
+    assert solver is not None
+    choice = _read(cm, solver, keep)
+    counts = [[int(solver.value(cm.z[c, p])) for p in range(len(pats))] for c, pats in enumerate(cm.patterns)]
+    nodes = greedy_place(problem, choice, previous) or classes.realize(cm, choice, counts, dict(previous))
+    return Grown(choice, nodes, proven, Method.CP_SAT)
+
+
+def _previous_split(problem: TypeProblem, i: int, previous: Previous) -> int | None:
+    """The split index of item ``i`` that is the count and split it had before, if any."""
+    it = problem.items[i]
+    if it.label not in previous:
+        return None
+    units, nodes = previous[it.label]
+    instances = sum(nodes.values())
+    return next(
+        (s for s, sp in enumerate(it.splits) if sp.units == units and sp.instances == instances), None
+    )
+
+
+def _stages(
+    cm: classes.ClassModel, levels: Sequence[int], held: Sequence[int], keep: Sequence[int | None]
+) -> list[cp_model.LinearExprT]:
+    """The objectives in order (module notes); a stage that cannot vary is left out."""
+    out: list[cp_model.LinearExprT] = []
+
+    def cards_of(level: int, cap: bool) -> list[tuple[int, int, int]]:
+        terms = []
+        for gi, grp in enumerate(cm.groups):
+            i = grp.first.index
+            if levels[i] != level:
+                continue
+            for s, sp in enumerate(grp.first.splits):
+                c = sp.instances * sp.units
+                weight = min(c, held[i]) if cap else c
+                if weight:
+                    terms.append((gi, s, weight))
+        return terms
+
+    for level in sorted(set(levels)):
+        for cap in (True, False):
+            terms = cards_of(level, cap)
+            if len({w for _, _, w in terms}) > 1 or (terms and _varies(cm, terms)):
+                out.append(sum(w * cm.x[gi, s] for gi, s, w in terms))
+    out.append(cm.objective)
+    kept = [(gi, keep[grp.first.index]) for gi, grp in enumerate(cm.groups)]
+    kept_terms = [cm.x[gi, s] for gi, s in kept if s is not None]
+    if kept_terms:
+        out.append(sum(kept_terms))
+    return out
+
+
+def _varies(cm: classes.ClassModel, terms: Sequence[tuple[int, int, int]]) -> bool:
+    """Whether some group of ``terms`` has a split outside them (so the stage is a real choice)."""
+    covered: dict[int, set[int]] = {}
+    for gi, s, _ in terms:
+        covered.setdefault(gi, set()).add(s)
+    return any(len(covered[gi]) < len(cm.groups[gi].first.splits) for gi in covered)
+
+
+def _read(cm: classes.ClassModel, solver: cp_model.CpSolver, keep: Sequence[int | None]) -> list[int]:
+    """A split per item: inside a group the counts go in index order, the previous split first."""
+    choice = [-1] * len(cm.problem.items)
+    for gi, grp in enumerate(cm.groups):
+        left = {s: int(solver.value(cm.x[gi, s])) for s in range(len(grp.first.splits))}
+        prev = keep[grp.first.index]
+        order = ([prev] if prev is not None else []) + [s for s in left if s != prev]
+        queue = [s for s in order for _ in range(left[s])]
+        for it, s in zip(grp.items, queue, strict=True):
+            choice[it.index] = s
+    return choice
+
+
+def _descend(problem: TypeProblem, previous: Previous) -> Grown:
+    """Too many node patterns for the class model: lower the counts of the lowest priority's
+    requests step by step until a greedy placement succeeds (a plan, not a proof)."""
+    choice = [0] * len(problem.items)
+    order = sorted(range(len(problem.items)), key=lambda i: -i)
+    for i in order:
+        while True:
+            placed = greedy_place(problem, choice, previous)
+            if placed is not None:
+                return Grown(choice, placed, False, Method.CP_SAT)
+            if choice[i] + 1 >= len(problem.items[i].splits):
+                break
+            choice[i] += 1
+    placed = greedy_place(problem, choice, previous)
+    return Grown(choice if placed else None, placed, False, Method.CP_SAT)
