@@ -95,6 +95,9 @@ def test_new_plans_that_do_not_both_fit_go_by_priority_and_an_unchanged_cluster_
     assert report.planned == ["ns/high", "ns/low"]
     assert phase(kube, "high") == "Applied"
     assert phase(kube, "low") == "Infeasible"
+    low_status = status_of(kube, "low")
+    assert low_status["admission"] == "Preempted" and low_status["heldBy"] == ["ns/high"]
+    assert low_status["conditions"][0]["reason"] == "Preempted"
 
     writes = len(kube.writes)
     again = cycle.run()

@@ -24,17 +24,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+from kubernetes.client.exceptions import ApiException
 
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cache.caches import ClusterCache
+from gpuplan_operator.cluster import ClusterRead
+from gpuplan_operator.cycle.actions import Taking, allocate, hand_over, joint_snapshot
 from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others, pods_fingerprint
 from gpuplan_operator.follow import backoff
 from gpuplan_operator.metrics import Trigger
 from gpuplan_operator.service import Outcome, PlanService
 from gpuplan_operator.status import Phase
-from gpuplan_operator.watch import down_since, is_down, utcnow
+from gpuplan_operator.watch import down_since, is_down, planning_view, utcnow
+from planner import InvalidInput
 
 log = logging.getLogger("gpuplan_operator")
 
@@ -107,39 +112,24 @@ class Cycle:
         with self.service.lock:
             locked = time.perf_counter()
             read = self.cache.read()
+            at = utcnow()
+            nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
             snapped = time.perf_counter()
             cluster = self._cluster_inputs(read.nodes["items"], report)
-            live = {p.uid for p in read.plans}
-            for uid in set(self.memory) - live:
+            for uid in set(self.memory) - {p.uid for p in read.plans}:
                 del self.memory[uid]
-            plans: dict[str, PlanBody] = {p.uid: p for p in read.plans}
-            planning = 0.0
-            for first in admission_order(read.plans):
-                plan = plans[first.uid]
-                memory = self.memory.setdefault(plan.uid, _Memory())
-                inputs = Inputs(plan.generation, cluster, held_by_others(plans.values(), plan.uid))
-                why = inputs.why_changed(memory.inputs)
-                if why is None and memory.phase in (Phase.ERROR, Phase.INFEASIBLE):
-                    if time.monotonic() >= memory.retry_at:
-                        why = "retry"
-                    else:
-                        report.soon(memory.retry_at - time.monotonic())
-                if why is None:
-                    continue
-                t0 = time.perf_counter()
-                now_read = replace(read, plans=list(plans.values()))
-                outcome = self.service.reconcile_with(plan, now_read, _TRIGGERS[why])
-                planning += time.perf_counter() - t0
-                report.planned.append(plan.ref)
-                if outcome.moved:
-                    report.moved.append(plan.ref)
-                self._remember(memory, inputs, outcome, report)
-                memory.pods = self._pods(plan)
-                fresh = self.cache.plan(plan.namespace, plan.name)
-                if fresh is not None and fresh.uid == plan.uid:
-                    plans[plan.uid] = fresh
+            order = admission_order(read.plans)
+            due = self._due(order, cluster, read, report)
+            taking, alone = self._parse([p for p in order if p.uid in due], report)
+            if taking:
+                self._allocate(taking, due, read, nodes, report)
+            for plan in alone:  # dry runs: planned around everything the others hold, as before
+                outcome = self.service.reconcile_with(plan, read, _TRIGGERS[due[plan.uid]])
+                self._record(plan, outcome, report)
+            self._settle({p.uid: p for p in order if p.uid in due}, cluster)
             planned = time.perf_counter()
-            report.checked = self._readiness(plans, set(report.planned), report)
+            fresh = {p.uid: self.cache.plan(p.namespace, p.name) or p for p in read.plans}
+            report.checked = self._readiness(fresh, set(report.planned), report)
             done = time.perf_counter()
         report.stages = {
             "lock": locked - started,
@@ -153,8 +143,91 @@ class Cycle:
             log.info("cycle: planned %s (%s)", ", ".join(report.planned), took)
         return report
 
-    def _remember(self, memory: _Memory, inputs: Inputs, outcome: Outcome, report: Report) -> None:
-        memory.inputs = inputs
+    def _due(
+        self, order: list[PlanBody], cluster: tuple[Any, ...], read: ClusterRead, report: Report
+    ) -> dict[str, str]:
+        """uid -> why, of the plans whose spec or inputs changed (or whose retry is due). When
+        one is due, every plan of the cluster is planned with it: one plan's change may move
+        cards between all of them (a plan that did not change is not written)."""
+        why: dict[str, str] = {}
+        for plan in order:
+            memory = self.memory.setdefault(plan.uid, _Memory())
+            inputs = Inputs(plan.generation, cluster, held_by_others(read.plans, plan.uid))
+            changed = inputs.why_changed(memory.inputs)
+            if changed is None and memory.phase in (Phase.ERROR, Phase.INFEASIBLE):
+                if time.monotonic() >= memory.retry_at:
+                    changed = "retry"
+                else:
+                    report.soon(memory.retry_at - time.monotonic())
+            if changed is not None:
+                why[plan.uid] = changed
+        if not why:
+            return why
+        return {p.uid: why.get(p.uid, "plans") for p in order}
+
+    def _parse(self, plans: list[PlanBody], report: Report) -> tuple[list[Taking], list[PlanBody]]:
+        """Plans that take part in the allocation, and dry runs (planned alone); invalid ones get
+        their status here and hold what they held."""
+        taking, alone = [], []
+        for plan in plans:
+            spec = self.service.parse(plan)
+            if isinstance(spec, Outcome):  # Invalid: planned again when its spec changes
+                self._record(plan, spec, report)
+                continue
+            if spec.dry_run:
+                alone.append(plan)
+            else:
+                taking.append(Taking(plan, spec))
+        return taking, alone
+
+    def _allocate(
+        self,
+        taking: list[Taking],
+        due: Mapping[str, str],
+        read: ClusterRead,
+        nodes: list[dict[str, Any]],
+        report: Report,
+    ) -> None:
+        for t in taking:
+            self.service.metrics.replanning(_TRIGGERS[due[t.plan.uid]])
+        try:
+            snap = joint_snapshot(read, nodes, taking)
+        except InvalidInput as e:  # the cluster, not the specs: e.g. no nodes at all
+            for t in taking:
+                outcome = self.service.infeasible(t.plan, f"cluster snapshot: {e}")
+                self._record(t.plan, outcome, report)
+            return
+        answers = allocate(self.service, taking, snap)
+        try:
+            outcomes = hand_over(self.service, taking, answers, nodes, read)
+        except ApiException as e:  # e.g. reading a plan's objects failed: every plan again, later
+            outcomes = {t.plan.uid: self.service.errored(t.plan, e) for t in taking}
+        for t in taking:
+            self._record(t.plan, outcomes[t.plan.uid], report)
+
+    def _record(self, plan: PlanBody, outcome: Outcome, report: Report) -> None:
+        report.planned.append(plan.ref)
+        if outcome.moved:
+            report.moved.append(plan.ref)
+        memory = self.memory.setdefault(plan.uid, _Memory())
+        self._remember(memory, outcome, report)
+        memory.pods = self._pods(self.cache.plan(plan.namespace, plan.name) or plan)
+
+    def _settle(self, planned: Mapping[str, PlanBody], cluster: tuple[Any, ...]) -> None:
+        """What each plan planned in this cycle was planned from, as it stands after the cycle:
+        with nothing new, the next cycle plans none of them."""
+        now = [self.cache.plan(p.namespace, p.name) or p for p in planned.values()]
+        everyone = {p.uid: p for p in [*self._all(), *now]}
+        for plan in now:
+            memory = self.memory.get(plan.uid)
+            if memory is None or memory.phase is Phase.ERROR:
+                continue  # planned again whatever happens
+            memory.inputs = Inputs(plan.generation, cluster, held_by_others(everyone.values(), plan.uid))
+
+    def _all(self) -> list[PlanBody]:
+        return [PlanBody.from_object(o) for o in self.cache.plans.items()]
+
+    def _remember(self, memory: _Memory, outcome: Outcome, report: Report) -> None:
         memory.phase = outcome.phase
         memory.ready = outcome.ready
         if outcome.phase is Phase.ERROR:
