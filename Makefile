@@ -35,12 +35,13 @@ chaos: ## the fault suite on the local cluster: concurrency, freshness, API faul
 	bash hack/demo.sh --clean
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e/chaos
 
-lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift, doc references
-	$(BIN)/ruff check planner gpuplan operator loadtest tests bench e2e
-	$(BIN)/ruff format --check planner gpuplan operator loadtest tests bench e2e
+lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD and dashboard drift, doc references
+	$(BIN)/ruff check planner gpuplan operator loadtest tests bench e2e hack/dashboard.py
+	$(BIN)/ruff format --check planner gpuplan operator loadtest tests bench e2e hack/dashboard.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	bash hack/check-crd-drift.sh
+	$(BIN)/python hack/dashboard.py --check
 	bash hack/check-doc-references.sh
 
 bench: bench-planner bench-operator bench-loadtest ## every benchmark: planner scale, operator end to end, load tester vs vegeta

@@ -344,7 +344,7 @@ def shared_status(
         why = shared.result.reason or "its minimum does not fit"
     kept = sum(a.instances for a in shared.kept)
     keeps = f"; it keeps {kept} instance(s) on cards no admitted plan needs" if kept else ""
-    message = f"not admitted: {why}{keeps}"
+    message = f"no deployable plan: {why}{keeps}"
     if shared.holders:
         out["heldBy"] = list(shared.holders)
     if shared.result.conflicts:
