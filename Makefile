@@ -51,6 +51,7 @@ bench-planner: ## the planner's scale curve (100-5,000 nodes) against the previo
 
 bench-operator: ## kubectl apply to every pod Running, 100 and 1,000 kwok nodes (starts the local cluster)
 	bash hack/cluster-up.sh
+	$(BIN)/python bench/cache_memory.py
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/python bench/operator_bench.py
 
 bench-loadtest: ## gpuplan loadtest vs vegeta on a loopback nginx, knees, shards (installs nginx-light, vegeta)

@@ -188,12 +188,14 @@ class Cycle:
         nodes: list[dict[str, Any]],
         report: Report,
     ) -> None:
+        started = time.perf_counter()
         for t in taking:
             self.service.metrics.replanning(_TRIGGERS[due[t.plan.uid]])
         try:
             snap = joint_snapshot(read, nodes, taking)
         except InvalidInput as e:  # the cluster, not the specs: e.g. no nodes at all
             for t in taking:
+                self.service.metrics.plan_duration.observe(time.perf_counter() - started)
                 outcome = self.service.infeasible(t.plan, f"cluster snapshot: {e}")
                 self._record(t.plan, outcome, report)
             return
@@ -202,7 +204,9 @@ class Cycle:
             outcomes = hand_over(self.service, taking, answers, nodes, read)
         except ApiException as e:  # e.g. reading a plan's objects failed: every plan again, later
             outcomes = {t.plan.uid: self.service.errored(t.plan, e) for t in taking}
-        for t in taking:
+        took = time.perf_counter() - started
+        for t in taking:  # every plan's reconcile took the whole allocation and its writes
+            self.service.metrics.plan_duration.observe(took)
             self._record(t.plan, outcomes[t.plan.uid], report)
 
     def _record(self, plan: PlanBody, outcome: Outcome, report: Report) -> None:
