@@ -74,7 +74,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.cache = cache = ClusterCache(Kube(load_api_client()), wake.poke)
     memo.acting = set()
     cache.start()
-    cycle = Cycle(service, cache)
+    cycle = Cycle(service, cache, memo.get("namespaces") or ())
     memo.cycles = asyncio.create_task(
         run_cycles(cycle, wake, lambda: bool(memo.acting), options.resync), name="gpuplan cycle"
     )

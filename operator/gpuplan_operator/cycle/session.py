@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,9 +81,12 @@ class _Memory:
 class Cycle:
     """The operator's scheduling cycle over a :class:`ClusterCache` (one per operator)."""
 
-    def __init__(self, service: PlanService, cache: ClusterCache) -> None:
+    def __init__(self, service: PlanService, cache: ClusterCache, namespaces: Sequence[str] = ()) -> None:
         self.service = service
         self.cache = cache
+        # with --namespace, only those namespaces' plans are this operator's; the others are
+        # planned around (what they hold is reserved), never written
+        self.namespaces = frozenset(namespaces)
         self.options = service.options
         self.memory: dict[str, _Memory] = {}
         service.pods_source = lambda plan: cache.plan_pods(plan.labels)
@@ -118,7 +121,7 @@ class Cycle:
             cluster = self._cluster_inputs(read.nodes["items"], report)
             for uid in set(self.memory) - {p.uid for p in read.plans}:
                 del self.memory[uid]
-            order = admission_order(read.plans)
+            order = [p for p in admission_order(read.plans) if self.serves(p)]
             due = self._due(order, cluster, read, report)
             taking, alone = self._parse([p for p in order if p.uid in due], report)
             if taking:
@@ -245,6 +248,9 @@ class Cycle:
             report.soon(self.options.resync)
         else:
             memory.failures = 0
+
+    def serves(self, plan: PlanBody) -> bool:
+        return not self.namespaces or plan.namespace in self.namespaces
 
     def _pods(self, plan: PlanBody) -> frozenset[Any]:
         return pods_fingerprint(self.cache.plan_pods(plan.labels)) if plan.deploy else frozenset()
