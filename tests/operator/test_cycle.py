@@ -46,11 +46,15 @@ def test_inputs_say_what_changed() -> None:
     assert Inputs(1, a.cluster, "y").why_changed(a) == "plans"
 
 
-def test_what_others_hold_ignores_the_plan_itself_and_plans_being_deleted() -> None:
+def test_what_others_hold_ignores_the_plan_itself_and_counts_plans_being_deleted() -> None:
     mine = body("a", applied=True)
     other = body("b", applied=True)
     assert held_by_others([mine], mine.uid) == held_by_others([], mine.uid)
     assert held_by_others([mine, other], mine.uid) != held_by_others([mine], mine.uid)
+    leaving = PlanBody.from_object(
+        {**dict(other.raw), "metadata": {**other.raw["metadata"], "deletionTimestamp": NOW}}
+    )
+    assert held_by_others([mine, leaving], mine.uid) == held_by_others([mine, other], mine.uid)
 
 
 def listed(kube: FakeKube) -> ClusterCache:
@@ -120,3 +124,24 @@ def test_a_cordon_re_plans_from_the_cache_then_nothing_is_planned_or_written() -
     assert all(victim not in a["nodes"] for a in status_of(kube, "a")["allocations"])
     writes = len(kube.writes)
     assert cycle.run().planned == [] and len(kube.writes) == writes
+
+
+def test_an_elastic_plan_shrinks_for_a_higher_one_and_grows_back_when_it_is_gone() -> None:
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])  # 32 cards
+    kube.put(PLANS_NS, plan("flex", requests={"face_feature_extract": {"P4": {"min": 8, "max": 32}}}))
+    cycle, cache = cycle_on(kube)
+    cycle.run()
+    assert status_of(kube, "flex")["cardsPlaced"] == 32
+
+    kube.put(PLANS_NS, plan("high", **spec(16, priority=10)))
+    cache.plans.replace(kube.request("GET", f"/{PLANS_NS}")["items"])
+    cycle.run()
+    flex = status_of(kube, "flex")
+    assert status_of(kube, "high")["phase"] == "Applied"
+    assert (flex["phase"], flex["cardsPlaced"], flex["cards"]) == ("Applied", 16, "16/32")
+    assert flex["elastic"][0]["reason"] == "HeldByPlans" and flex["elastic"][0]["heldBy"] == ["ns/high"]
+
+    del kube.objects[(PLANS_NS, "high")]
+    cache.plans.replace(kube.request("GET", f"/{PLANS_NS}")["items"])
+    assert "ns/flex" in cycle.run().planned
+    assert status_of(kube, "flex")["cardsPlaced"] == 32

@@ -49,11 +49,10 @@ def admission_order(plans: Iterable[PlanBody]) -> list[PlanBody]:
 
 
 def held_by_others(plans: Iterable[PlanBody], uid: str) -> str:
-    """A digest of what every other plan holds (applied units, devices, zones)."""
+    """A digest of what every other plan holds (applied units, devices, zones). A plan being
+    deleted counts until it is gone: its cards are free only once its clean-up is done."""
     held = sorted(
-        (p.uid, json.dumps(p.status.get("applied") or {}, sort_keys=True))
-        for p in plans
-        if p.uid != uid and not p.deleting
+        (p.uid, json.dumps(p.status.get("applied") or {}, sort_keys=True)) for p in plans if p.uid != uid
     )
     return hashlib.sha1(json.dumps(held).encode(), usedforsecurity=False).hexdigest()
 

@@ -227,8 +227,8 @@ class Cycle:
         everyone = {p.uid: p for p in [*self._all(), *now]}
         for plan in now:
             memory = self.memory.get(plan.uid)
-            if memory is None or memory.phase is Phase.ERROR:
-                continue  # planned again whatever happens
+            if memory is None:
+                continue
             memory.inputs = Inputs(plan.generation, cluster, held_by_others(everyone.values(), plan.uid))
 
     def _all(self) -> list[PlanBody]:
@@ -240,7 +240,6 @@ class Cycle:
         if outcome.phase is Phase.ERROR:
             memory.failures += 1
             memory.retry_at = time.monotonic() + backoff(memory.failures)
-            memory.inputs = None  # whatever happens, plan it again
             report.soon(memory.retry_at - time.monotonic())
         elif outcome.phase is Phase.INFEASIBLE:
             memory.failures = 0
