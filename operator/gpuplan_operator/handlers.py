@@ -6,7 +6,8 @@ Notes
 - Planning is not done per event. The start-up handler starts the watched caches
   (:class:`~.cache.caches.ClusterCache`, with a client of its own: six long watches must not
   hold the writers' connections) and one task that runs the scheduling cycle
-  (:func:`~.cycle.loop.run_cycles`): every change a watch reports wakes it, and it plans every
+  (:func:`~.cycle.loop.run_cycles`, started by the first plan's daemon, in the context kopf
+  gives handlers, which ``kopf.event`` needs): every change a watch reports wakes it, and it plans every
   plan that needs it, in admission order, from one snapshot. A plan created, changed or
   resumed is planned by the next cycle; kopf does not need a handler for it.
 - kopf keeps two jobs: the finalizer and clean-up of a deleted plan (:func:`plan_deleted`,
@@ -74,10 +75,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.cache = cache = ClusterCache(Kube(load_api_client()), wake.poke)
     memo.acting = set()
     cache.start()
-    cycle = Cycle(service, cache, memo.get("namespaces") or ())
-    memo.cycles = asyncio.create_task(
-        run_cycles(cycle, wake, lambda: bool(memo.acting), options.resync), name="gpuplan cycle"
-    )
+    memo.cycle = Cycle(service, cache, memo.get("namespaces") or ())
+    memo.cycles = None  # started by the first plan's daemon (below)
 
 
 @kopf.on.cleanup()
@@ -124,6 +123,12 @@ async def follow_plan(
     key = f"{namespace}/{name}"
     acting: set[str] = memo.acting
     acting.add(key)
+    if memo.cycles is None:
+        # started from a handler, not at start-up: kopf.event (the cycle's Events) needs the
+        # context kopf gives its handlers, which the task inherits
+        options: Options = memo.options
+        cycles = run_cycles(memo.cycle, memo.wake, lambda: bool(memo.acting), options.resync)
+        memo.cycles = asyncio.create_task(cycles, name="gpuplan cycle")
     memo.wake.now()
     try:
         await stopped.wait()

@@ -88,7 +88,7 @@ def test_a_burst_never_waits_longer_than_max_delay() -> None:
 
 def test_the_plan_daemon_marks_this_replica_acting_while_it_runs() -> None:
     async def scenario() -> tuple[set[str], set[str]]:
-        memo = kopf.Memo(acting=set(), wake=Wake(asyncio.get_running_loop(), 0.1, 1.0))
+        memo = kopf.Memo(acting=set(), wake=Wake(asyncio.get_running_loop(), 0.1, 1.0), cycles="running")
         stopped = Stopped()
         daemon = asyncio.create_task(
             call(handlers.follow_plan, stopped=stopped, memo=memo, namespace="ns", name="p")
