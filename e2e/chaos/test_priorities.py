@@ -72,8 +72,10 @@ def test_three_priorities_created_resized_and_deleted_at_once(
                 for c in pod["spec"].get("containers") or []:
                     pods[n] += int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0))
         reserved = {n: 0 for n in nodes}
-        for name in names:
-            units = ((api.status(ns, name).get("applied") or {}).get("units")) or {}
+        for plan in api.kube.get(f"/apis/{PLAN_API}/namespaces/{ns}/{PLURAL}").get("items") or []:
+            units = ((plan.get("status") or {}).get("applied") or {}).get(
+                "units"
+            ) or {}  # one list: one moment
             for n in nodes:
                 reserved[n] += int((units.get(n) or {}).get(GPU, 0))
         return {n: (pods[n], reserved[n]) for n in nodes}

@@ -254,7 +254,7 @@ class PlanService:
 
         self._took = {"lock wait": self._lock_wait}
         started = time.perf_counter()
-        pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans))
+        pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), reserve.plan_owners(read.plans))
         at = utcnow()
         nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
         try:

@@ -47,7 +47,7 @@ def joint_snapshot(
     outside = [p for p in read.plans if p.uid not in inside]
     return snapshot(
         {**read.nodes, "items": list(nodes)},
-        reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans)),
+        reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), reserve.plan_owners(read.plans)),
         reserve.reserved_by_others(outside, ""),
         slices_doc=read.slices,
         claims_doc=reserve.foreign_claims(read.claims),
@@ -92,7 +92,7 @@ def hand_over(
     read: ClusterRead,
 ) -> dict[str, Outcome]:
     """Render, compute every plan's writes, perform the ones that free cards for all plans first,
-    then the rest plan by plan; each plan's outcome by uid."""
+    then the rest plan by plan, those that only give cards up first; each plan's outcome by uid."""
     outcomes: dict[str, Outcome] = {}
     rendered = []
     for t, answer in zip(taking, answers, strict=True):
@@ -115,7 +115,21 @@ def hand_over(
     for p in prepared:
         if (failed := service.hand_over(p)) is not None:
             outcomes[p.plan.uid] = failed
-    for p in prepared:
+    for p in sorted(prepared, key=gained):  # plans that give cards up say so before others take them
         if p.plan.uid not in outcomes:
             outcomes[p.plan.uid] = service.complete(p)
     return outcomes
+
+
+def gained(prepared: Prepared) -> int:
+    """Units the plan takes on nodes where it held fewer (0 for a plan that only gives up).
+
+    Statuses are written in this order, so that at every moment the plans' ``applied`` units,
+    read together, fit the nodes: the cards a plan takes are released in the status of the plan
+    that held them first (what the Deployments' order does for the pods)."""
+    names = {r.name: r.resource_name for r in prepared.spec.resources}
+    new = reserve.applied_units(prepared.result.allocations, names, dict(prepared.result.pod_cpu))
+    old = (prepared.plan.status.get("applied") or {}).get("units") or {}
+    return sum(
+        max(0, n - int((old.get(node) or {}).get(r, 0))) for node, rs in new.items() for r, n in rs.items()
+    )

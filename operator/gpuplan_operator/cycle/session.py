@@ -29,6 +29,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from gpuplan_operator import reserve
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cache.caches import ClusterCache
 from gpuplan_operator.cluster import ClusterRead
@@ -92,8 +93,10 @@ class Cycle:
         service.pods_source = lambda plan: cache.plan_pods(plan.labels)
         service.on_status = cache.assume_plan
 
-    def _cluster_inputs(self, nodes: list[Mapping[str, Any]], report: Report) -> tuple[Any, ...]:
-        """The caches' counters of changes that matter, and which nodes are down past the grace."""
+    def _cluster_inputs(self, read: ClusterRead, report: Report) -> tuple[Any, ...]:
+        """The caches' counters of changes that matter, which nodes are down past the grace, and
+        the pods of plans that are gone (their cards come free as they go)."""
+        nodes = read.nodes["items"]
         now = utcnow()
         grace = self.options.node_grace
         down = []
@@ -106,7 +109,8 @@ class Cycle:
             else:
                 report.soon(grace - (now - since).total_seconds() + 0.5)
         c = self.cache
-        return (c.nodes.changes, c.slices.changes, c.topologies.changes, tuple(sorted(down)))
+        left = reserve.orphans(read.pods, reserve.plan_owners(read.plans))
+        return (c.nodes.changes, c.slices.changes, c.topologies.changes, tuple(sorted(down)), left)
 
     def run(self) -> Report:
         """One cycle (blocking: run it in a worker thread)."""
@@ -118,7 +122,7 @@ class Cycle:
             at = utcnow()
             nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
             snapped = time.perf_counter()
-            cluster = self._cluster_inputs(read.nodes["items"], report)
+            cluster = self._cluster_inputs(read, report)
             for uid in set(self.memory) - {p.uid for p in read.plans}:
                 del self.memory[uid]
             order = [p for p in admission_order(read.plans) if self.serves(p)]
