@@ -119,7 +119,7 @@ class Metrics:
         )
         self.cycle_seconds = Histogram(
             "gpuplan_cycle_seconds",
-            "Time of one scheduling cycle, by stage (lock, snapshot, plan and write, readiness).",
+            "Time of one scheduling cycle, by stage (lock, snapshot, plan, write, readiness).",
             ["stage"],
             buckets=SECONDS,
             registry=r,

@@ -103,6 +103,7 @@ class Prepared:
     started: float
     shared: Shared | None = None  # planned together: admission, elastic requests
     done: list[Write] = field(default_factory=list)  # performed already (the hand-over)
+    written: bool = False  # every write performed: only the status is left
 
 
 @dataclass(frozen=True)
@@ -366,15 +367,41 @@ class PlanService:
         prepared.done.extend(drops)
         return None
 
-    def complete(self, prepared: Prepared) -> Outcome:
-        """The rest of the writes, then the status (with what planning together said, if it did)."""
-        plan, spec, result, desired = prepared.plan, prepared.spec, prepared.result, prepared.desired
-        now = self.clock()
+    def release(self, prepared: Prepared, units: Mapping[str, Mapping[str, int]]) -> None:
+        """Say in status that the plan holds only ``units`` now (between giving some cards up
+        and taking others); an API error here only leaves the status a moment behind."""
+        old = prepared.plan.status
+        applied = dict(old.get("applied") or {})
+        if not applied:
+            return
+        applied["units"] = {n: dict(r) for n, r in units.items()}
+        try:
+            self._write_status(prepared.plan, {**old, "applied": applied})
+        except ApiException as e:
+            log.warning("%s: releasing cards in status failed: %s", prepared.plan.ref, api_error_message(e))
+
+    def write_rest(self, prepared: Prepared) -> Outcome | None:
+        """The writes left after the hand-over (labels, classes, outputs, Deployments, clean-up);
+        an Outcome when they failed. Plans may do this side by side: what had to go first is gone."""
         rest = [w for w in prepared.writes if w.step is not Step.DROP] if prepared.done else prepared.writes
         try:
-            read = time.perf_counter()
-            changes = Changes.of(prepared.done + perform(self.kube, rest, self.metrics))
-            wrote = time.perf_counter()
+            prepared.done.extend(perform(self.kube, rest, self.metrics))
+        except ApiException as e:
+            return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
+        prepared.written = True
+        return None
+
+    def complete(self, prepared: Prepared) -> Outcome:
+        """The rest of the writes (unless :meth:`write_rest` did them), then the status (with what
+        planning together said, if it did)."""
+        plan, spec, result, desired = prepared.plan, prepared.spec, prepared.result, prepared.desired
+        now = self.clock()
+        read = time.perf_counter()
+        if not prepared.written and (failed := self.write_rest(prepared)) is not None:
+            return failed
+        wrote = time.perf_counter()
+        changes = Changes.of(prepared.done)
+        try:
             pods = self._plan_pods(plan) if spec.deploy else []
         except ApiException as e:
             return self._apply_failed(plan, result, api_error_message(e), now)

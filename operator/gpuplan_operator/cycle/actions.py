@@ -18,8 +18,10 @@ order, labels, classes, the ConfigMap, claim templates and Deployments, and the 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 from gpuplan_operator import reserve
@@ -27,7 +29,11 @@ from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cluster import ClusterRead
 from gpuplan_operator.cycle.order import created
 from gpuplan_operator.service import Outcome, PlanService, Prepared, previous_of
-from planner import PlanSpec, Shared, Snapshot, plan_together, snapshot
+from gpuplan_operator.status import Phase
+from planner import Desired, PlanSpec, Shared, Snapshot, plan_together, snapshot
+
+PARALLEL_READS = 8  # plans whose objects are read at once (the connection pool's size)
+PARALLEL_PLANS = 3  # plans written at once (each sends up to 8 writes at a time itself)
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,21 @@ def allocate(service: PlanService, taking: Sequence[Taking], snap: Snapshot) -> 
     return [a for a in out if a is not None]
 
 
+def unchanged(plan: PlanBody, answer: Shared) -> bool:
+    """Does the plan's status already say exactly this answer, for its current spec? Then the
+    cluster holds it (the apply that wrote that status wrote the rest first) and nothing is read
+    or written for it. A plan the operator has not applied since it started is always checked
+    against the cluster (``verify``): a crash may have come between its writes and its status."""
+    status = plan.status
+    if status.get("observedGeneration") != plan.generation or status.get("admission") != answer.reason.value:
+        return False
+    if status.get("phase") != (Phase.APPLIED if answer.admitted else Phase.INFEASIBLE):
+        return False
+    allocations = applied_result(answer).to_json()["allocations"]
+    elastic = [g.to_json() for g in answer.grants]
+    return bool(status.get("allocations") == allocations and (status.get("elastic") or []) == elastic)
+
+
 def applied_result(answer: Shared) -> Any:
     """What is written for a plan: its placement when admitted, else the instances it keeps."""
     if answer.admitted:
@@ -90,12 +111,17 @@ def hand_over(
     answers: Sequence[Shared],
     nodes: list[dict[str, Any]],
     read: ClusterRead,
+    verify: Collection[str] = (),
 ) -> dict[str, Outcome]:
     """Render, compute every plan's writes, perform the ones that free cards for all plans first,
-    then the rest plan by plan, those that only give cards up first; each plan's outcome by uid."""
+    then the rest of every plan's (side by side), then the statuses in :func:`release_order`;
+    each plan's outcome by uid."""
     outcomes: dict[str, Outcome] = {}
     rendered = []
     for t, answer in zip(taking, answers, strict=True):
+        if t.plan.uid not in verify and unchanged(t.plan, answer):
+            outcomes[t.plan.uid] = Outcome(Phase(t.plan.status["phase"]), str(t.plan.status.get("message")))
+            continue
         result = applied_result(answer)
         desired = service.render(t.plan, t.spec, result)
         if isinstance(desired, Outcome):
@@ -106,30 +132,96 @@ def hand_over(
     inside = {t.plan.uid for t in taking}
     in_use = wanted | reserve.priority_classes_in_use([p for p in read.plans if p.uid not in inside], "")
     prepared: list[Prepared] = []
-    for t, answer, result, desired in rendered:
-        got = service.prepare(t.plan, t.spec, result, nodes, in_use, desired, shared=answer)
-        if isinstance(got, Outcome):
-            outcomes[t.plan.uid] = got
-        else:
-            prepared.append(got)
+
+    def prepare(item: tuple[Taking, Shared, Any, Desired]) -> Prepared | Outcome:
+        t, answer, result, desired = item
+        return service.prepare(t.plan, t.spec, result, nodes, in_use, desired, shared=answer)
+
+    with ThreadPoolExecutor(max_workers=PARALLEL_READS, thread_name_prefix="gpuplan-read") as pool:
+        for (t, *_), got in zip(rendered, pool.map(prepare, rendered), strict=True):
+            if isinstance(got, Outcome):
+                outcomes[t.plan.uid] = got
+            else:
+                prepared.append(got)
     for p in prepared:
         if (failed := service.hand_over(p)) is not None:
             outcomes[p.plan.uid] = failed
-    for p in sorted(prepared, key=gained):  # plans that give cards up say so before others take them
-        if p.plan.uid not in outcomes:
+    with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-apply") as pool:
+        for p, failed in zip(prepared, pool.map(service.write_rest, prepared), strict=True):
+            if failed is not None:
+                outcomes[p.plan.uid] = failed
+    for step, p in release_order(prepared):
+        if p.plan.uid in outcomes:
+            continue
+        if step is Step.RELEASE:
+            service.release(p, released(p))
+        else:
             outcomes[p.plan.uid] = service.complete(p)
     return outcomes
 
 
-def gained(prepared: Prepared) -> int:
-    """Units the plan takes on nodes where it held fewer (0 for a plan that only gives up).
-
-    Statuses are written in this order, so that at every moment the plans' ``applied`` units,
-    read together, fit the nodes: the cards a plan takes are released in the status of the plan
-    that held them first (what the Deployments' order does for the pods)."""
+def _delta(prepared: Prepared) -> dict[tuple[str, str], int]:
+    """(node, resource) -> units the plan takes (> 0) or gives up (< 0) there."""
     names = {r.name: r.resource_name for r in prepared.spec.resources}
     new = reserve.applied_units(prepared.result.allocations, names, dict(prepared.result.pod_cpu))
     old = (prepared.plan.status.get("applied") or {}).get("units") or {}
-    return sum(
-        max(0, n - int((old.get(node) or {}).get(r, 0))) for node, rs in new.items() for r, n in rs.items()
-    )
+    out: dict[tuple[str, str], int] = {}
+    for node in set(new) | set(old):
+        for r in set(new.get(node) or {}) | set(old.get(node) or {}):
+            d = int((new.get(node) or {}).get(r, 0)) - int((old.get(node) or {}).get(r, 0))
+            if d:
+                out[(node, r)] = d
+    return out
+
+
+class Step(Enum):
+    RELEASE = "release"  # write that the plan holds only what it keeps (min of before and after)
+    COMPLETE = "complete"  # the plan's remaining writes and its status
+
+
+def released(prepared: Prepared) -> dict[str, dict[str, int]]:
+    """Per node, the units the plan holds between giving some up and taking others: the least of
+    before and after (its leaving instances are gone, its new ones not written yet)."""
+    names = {r.name: r.resource_name for r in prepared.spec.resources}
+    new = reserve.applied_units(prepared.result.allocations, names, dict(prepared.result.pod_cpu))
+    old = (prepared.plan.status.get("applied") or {}).get("units") or {}
+    out: dict[str, dict[str, int]] = {}
+    for node in sorted(set(new) & set(old)):
+        kept = {
+            r: min(int(n), int((new.get(node) or {}).get(r, 0)))
+            for r, n in sorted((old.get(node) or {}).items())
+            if r in (new.get(node) or {})
+        }
+        if any(kept.values()):
+            out[node] = {r: n for r, n in kept.items() if n}
+    return out
+
+
+def release_order(prepared: Sequence[Prepared]) -> list[tuple[Step, Prepared]]:
+    """The order statuses are written in: a plan that gives units up on a node says so before any
+    plan that takes units there, so that at every moment the plans' ``applied`` units, read
+    together, fit the nodes (what the Deployments' order does for the pods). Plans that wait on
+    each other in a ring (two plans swapping nodes) are broken open: one of them first writes
+    only what it keeps (:data:`Step.RELEASE`), which is true once its leaving Deployments are
+    gone, and its whole status after the others."""
+    deltas = [_delta(p) for p in prepared]
+    frees: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d < 0} for di in deltas]
+    takes: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d > 0} for di in deltas]
+    out: list[tuple[Step, Prepared]] = []
+    done: set[int] = set()
+    freed: set[int] = set()  # plans whose releases are written (done, or released)
+    while len(done) < len(prepared):
+        waiting = [j for j in range(len(prepared)) if j not in done]
+        ready = [
+            j for j in waiting if not any(i not in freed and i != j and frees[i] & takes[j] for i in waiting)
+        ]
+        if ready:
+            j = ready[0]
+            done.add(j)
+            freed.add(j)
+            out.append((Step.COMPLETE, prepared[j]))
+            continue
+        j = next(j for j in waiting if j not in freed)
+        freed.add(j)
+        out.append((Step.RELEASE, prepared[j]))
+    return out

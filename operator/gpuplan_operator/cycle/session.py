@@ -61,6 +61,7 @@ class Report:
     moved: list[str] = field(default_factory=list)
     checked: int = 0
     stages: dict[str, float] = field(default_factory=dict)
+    took: dict[str, float] = field(default_factory=dict)  # seconds of the stages inside planning
     wake_in: float | None = None  # run again this soon (a grace running out, a retry, pods pending)
 
     def soon(self, seconds: float) -> None:
@@ -138,10 +139,12 @@ class Cycle:
             fresh = {p.uid: self.cache.plan(p.namespace, p.name) or p for p in read.plans}
             report.checked = self._readiness(fresh, set(report.planned), report)
             done = time.perf_counter()
+        planner = report.took.get("plan", 0.0)
         report.stages = {
             "lock": locked - started,
             "snapshot": snapped - locked,
-            "plan and write": planned - snapped,
+            "plan": planner,
+            "write": planned - snapped - planner,
             "readiness": done - planned,
         }
         self.service.metrics.cycle(report.stages, len(report.planned))
@@ -206,9 +209,12 @@ class Cycle:
                 outcome = self.service.infeasible(t.plan, f"cluster snapshot: {e}")
                 self._record(t.plan, outcome, report)
             return
+        planning = time.perf_counter()
         answers = allocate(self.service, taking, snap)
+        report.took["plan"] = report.took.get("plan", 0.0) + time.perf_counter() - planning
         try:
-            outcomes = hand_over(self.service, taking, answers, nodes, read)
+            verify = {t.plan.uid for t in taking if due[t.plan.uid] in ("new", "retry")}
+            outcomes = hand_over(self.service, taking, answers, nodes, read, verify)
         except ApiException as e:  # e.g. reading a plan's objects failed: every plan again, later
             outcomes = {t.plan.uid: self.service.errored(t.plan, e) for t in taking}
         took = time.perf_counter() - started
