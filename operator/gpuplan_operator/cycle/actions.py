@@ -9,10 +9,11 @@ fewest moves. Plans that do not take part keep what they hold: a plan whose spec
 dry run, a plan being deleted. Their applied cards are reserved in the snapshot.
 
 *Hand over*: each plan's result is rendered and its writes computed (pure, :mod:`..writes`)
-first. Then every plan's Deployments that leave go, for all plans, before any plan writes the
-rest: cards passing from one plan to another are released before the instances that take them
-are created, so no node is asked for more cards than it has. Then, plan by plan in admission
-order, labels, classes, the ConfigMap, claim templates and Deployments, and the status.
+first; a plan whose status already says its answer is left alone. Then every plan's
+Deployments that leave go, for all plans, before any plan writes the rest: cards passing from
+one plan to another are released before the instances that take them are created, so no node
+is asked for more cards than it has. Then labels, classes, the ConfigMap, claim templates and
+Deployments, plans side by side, and the statuses in :func:`release_order`.
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ def hand_over(
             continue
         rendered.append((t, answer, result, desired))
     wanted = {pc["metadata"]["name"] for *_, d in rendered for pc in d.priority_classes}
-    inside = {t.plan.uid for t in taking}
-    in_use = wanted | reserve.priority_classes_in_use([p for p in read.plans if p.uid not in inside], "")
+    written = {t.plan.uid for t, *_ in rendered}  # the others keep the classes their status lists
+    in_use = wanted | reserve.priority_classes_in_use([p for p in read.plans if p.uid not in written], "")
     prepared: list[Prepared] = []
 
     def prepare(item: tuple[Taking, Shared, Any, Desired]) -> Prepared | Outcome:
