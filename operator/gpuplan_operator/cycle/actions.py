@@ -94,9 +94,9 @@ def unchanged(plan: PlanBody, answer: Shared) -> bool:
         return False
     if status.get("phase") != (Phase.APPLIED if answer.admitted else Phase.INFEASIBLE):
         return False
-    allocations = applied_result(answer).to_json()["allocations"]
-    elastic = [g.to_json() for g in answer.grants]
-    return bool(status.get("allocations") == allocations and (status.get("elastic") or []) == elastic)
+    doc = applied_result(answer).to_json()
+    same = all(status.get(k) == doc[k] for k in ("allocations", "score", "optimal"))
+    return same and (status.get("elastic") or []) == [g.to_json() for g in answer.grants]
 
 
 def applied_result(answer: Shared) -> Any:
