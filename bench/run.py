@@ -28,6 +28,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from instances import large, medium, scale, topology  # noqa: E402
 from spawn import launch  # noqa: E402
+from together import together, validate_together  # noqa: E402
 from validate import validate, validate_devices  # noqa: E402
 
 OUT = HERE / "out"
@@ -43,6 +44,9 @@ def baseline_cli(module: str) -> list[str]:
 
 
 BASELINE_CLI = baseline_cli("planner.cli")
+# the release before several plans were planned together: single plans must not be slower than it
+RELEASE = "e0a1626"
+RELEASE_CLI = baseline_cli("gpuplan.cli")
 
 
 def run(
@@ -190,11 +194,84 @@ def topology_point(
     return out
 
 
+def release_point(size: int, fill: float, rel: dict[str, str] | None) -> dict[str, Any]:
+    """One point of the single-plan curve, today's planner and the release, taking turns (so both
+    see the same load), best of five each."""
+    tag = "tight" if fill > 0.9 else "loose"
+    plan, nodes, _ = scale(size, size // 5 if fill < 0.9 else None, fill)
+    p, n = write(f"scale-{tag}-{size}", plan, nodes)
+    args = ["plan", p, "--nodes", n, "-o", "json", "-q"]
+    now, then = [], []
+    for _ in range(5):
+        now.append(run([*CLI, *args]))
+        if rel:
+            then.append(run([*RELEASE_CLI, *args], rel))
+    wall, mb, res = min(now, key=lambda r: r[0])
+    label = f"{size} nodes, {tag}"
+    row(label, "gpuplan", wall, mb, res)
+    out = {"case": label, "wall": wall, "mb": mb, "score": res.get("score")}
+    if then:
+        bwall, bmb, bres = min(then, key=lambda r: r[0])
+        same = "" if bres.get("score") == res.get("score") else "  DIFFERENT SCORE"
+        row("", f"release {RELEASE}", bwall, bmb, bres, f"  (today {wall / bwall:.2f}x its time){same}")
+        out |= {"release_wall": bwall, "release_mb": bmb}
+    return out
+
+
+def together_point(size: int, fill: float, plans: int = 20, requests: int = 1000) -> dict[str, Any]:
+    """``plans`` plan files planned together; the mins ask ``fill`` × 5/6 of the free cards."""
+    docs, nodes = together(size, plans, requests, fill)
+    OUT.mkdir(exist_ok=True)
+    paths = []
+    for i, doc in enumerate(docs):
+        path = OUT / f"together-{size}-{fill}-{i:02d}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    n = OUT / f"together-{size}-{fill}-nodes.json"
+    n.write_text(json.dumps(nodes))
+    walls, mbs, res = [], [], None
+    for _ in range(3):
+        wall, mb, res = run([*CLI, "plan", *paths, "--nodes", str(n), "-o", "json", "-q"])
+        walls.append(wall)
+        mbs.append(mb)
+    assert res is not None
+    problems = validate_together(paths, str(n), res)
+    if problems:
+        raise SystemExit(f"together {size}: invalid answer: {problems[:3]}")
+    got = res["plans"]
+    admitted = sum(p["admitted"] for p in got)
+    elastic = [g for p in got for g in p.get("elastic", [])]
+    at_max = sum(g["cards"] == g["max"] for g in elastic)
+    how = "/".join(sorted({s["method"] for p in got for s in p.get("search", [])}))
+    proven = all(p["optimal"] for p in got)
+    label = f"{size} nodes, {plans} plans, {requests} req, mins {fill * 5 / 6:.0%}"
+    print(
+        f"{label:<44} {'gpuplan (min 3)':<16} {min(walls):>8.2f} {max(mbs):>8.0f}  "
+        f"{admitted}/{plans} admitted, {at_max}/{len(elastic)} elastic at max, "
+        f"{'proven' if proven else 'not proven'} ({how})",
+        flush=True,
+    )
+    return {"case": label, "wall": min(walls), "mb": max(mbs), "admitted": admitted, "proven": proven}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer points, no baseline, no brute force")
     ap.add_argument("--baseline-timeout", type=float, default=90.0)
+    ap.add_argument("--together", action="store_true", help="only the several-plans points")
+    ap.add_argument("--release", action="store_true", help="only single plans beside the release")
     args = ap.parse_args()
+    if args.release:
+        print(HEAD)
+        rel = baseline_env(RELEASE)
+        points = [release_point(s, f, rel) for f in (0.35, 0.97) for s in (100, 500, 1000, 2000, 5000)]
+        (OUT / "release-bench.json").write_text(json.dumps(points, indent=2))
+        return
+    if args.together:
+        print(HEAD)
+        points = [together_point(size, fill) for size in (1000, 5000) for fill in (0.5, 1.0, 1.3)]
+        (OUT / "together-bench.json").write_text(json.dumps(points, indent=2))
+        return
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "points": []}
     base = None if args.quick else baseline_env()
     print(HEAD)
@@ -246,6 +323,15 @@ def main() -> None:
         for fill in (0.6, 0.9)
         for size in ((100, 1000) if args.quick else (100, 500, 1000, 2000))
     ]
+
+    print("\nsingle plans beside the release before plans were planned together:")
+    rel = None if args.quick else baseline_env(RELEASE)
+    results["release"] = [
+        release_point(size, fill, rel) for fill in (0.35, 0.97) for size in (sizes if rel else ())
+    ]
+
+    print("\nseveral plans planned together (20 plans of 3 priorities, a third of requests elastic):")
+    results["together"] = [together_point(size, fill) for size in (1000, 5000) for fill in (0.5, 1.0, 1.3)]
 
     print("\nre-plan after cordoning the busiest node (--previous):")
     results["replans"] = [

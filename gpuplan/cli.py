@@ -37,22 +37,54 @@ def _progress(quiet: bool) -> Any:
     return report
 
 
-def _previous_from(doc: Any, where: str) -> Previous:
-    from planner import previous_placements, read_allocations
-
+def _previous_docs(doc: Any, where: str) -> dict[str, Any]:
+    """An earlier ``-o json``: one plan's object, or ``{"plans": [...]}`` by ``namespace/name``."""
+    if isinstance(doc, dict) and isinstance(doc.get("plans"), list):
+        out = {}
+        for i, one in enumerate(doc["plans"]):
+            if not isinstance(one, dict) or "allocations" not in one:
+                raise InvalidInput(f"previous {where}: plans[{i}]", "not a gpuplan plan -o json object")
+            out[f"{one.get('namespace')}/{one.get('name')}"] = one
+        return out
     if not isinstance(doc, dict) or "allocations" not in doc:
         raise InvalidInput("previous", f"{where}: not a gpuplan plan -o json output (no allocations)")
+    return {"": doc}
+
+
+def _previous_from(doc: Any, where: str) -> Previous | None:
+    """The placement an earlier answer gave a plan (None: it was not admitted, so it holds none)."""
+    from planner import previous_placements, read_allocations
+
+    if doc.get("admitted") is False:
+        return None
     try:
         return previous_placements(read_allocations(doc["allocations"]))
     except InvalidInput as e:
         raise InvalidInput(f"previous {where}: {e.field}", e.message) from None
 
 
-def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previous | None]:
-    """The snapshot from files (``--nodes``) or, read only, from the cluster; and the previous plan."""
+def _previous_for(args: argparse.Namespace, specs: Sequence[PlanSpec]) -> list[Previous | None]:
+    if not args.previous:
+        return [None] * len(specs)
+    docs = _previous_docs(load(args.previous, "previous"), args.previous)
+    if "" in docs:  # one plan's answer: it is the previous of the one plan given
+        if len(specs) > 1:
+            raise InvalidInput("previous", "one plan's output given for several plans: use their -o json")
+        return [_previous_from(docs[""], args.previous)]
+    return [
+        _previous_from(docs[key], args.previous) if key in docs else None
+        for key in (f"{s.namespace}/{s.name}" for s in specs)
+    ]
+
+
+def _inputs(
+    args: argparse.Namespace, specs: list[PlanSpec]
+) -> tuple[Snapshot, list[PlanSpec], list[Previous | None], int]:
+    """The snapshot (no plan's cards counted), every plan to plan together, each plan's previous
+    placement, and how many of those plans come before the files' (the cluster's own)."""
     from planner import snapshot
 
-    previous = _previous_from(load(args.previous, "previous"), args.previous) if args.previous else None
+    previous = _previous_for(args, specs)
     if args.nodes is not None:
         pods = load(args.pods, "pods") if args.pods else None
         slices = load(args.slices, "slices") if args.slices else None
@@ -61,82 +93,117 @@ def _inputs(args: argparse.Namespace, spec: PlanSpec) -> tuple[Snapshot, Previou
         snap = snapshot(
             load(args.nodes, "nodes"), pods, slices_doc=slices, claims_doc=claims, topology_doc=topology
         )
-        return snap, previous
+        return snap, specs, previous, 0
     for flag in ("pods", "slices", "claims", "topology"):
         if getattr(args, flag):
             raise InvalidInput(flag, f"--{flag} goes with --nodes; a live cluster's are read with its nodes")
     from gpuplan import live
 
-    seen = live.read(args.kubeconfig, args.context, spec.namespace, spec.name)
+    seen = live.read_cluster(args.kubeconfig, args.context)
     if not args.quiet:
         print(f"gpuplan: read {len(seen.nodes['items'])} nodes from {seen.server}", file=sys.stderr)
     for line in seen.skipped:  # even with -q: the plan was made without them
         print(f"gpuplan: {line}", file=sys.stderr)
-    if previous is None and seen.own_status and seen.own_status.get("allocations"):
-        previous = _previous_from(seen.own_status, f"the cluster's {spec.namespace}/{spec.name}")
+    given = {f"{s.namespace}/{s.name}": i for i, s in enumerate(specs)}
+    theirs: list[PlanSpec] = []
+    their_previous: list[Previous | None] = []
+    for plan in seen.plans:  # oldest first; a plan given as a file replaces the cluster's copy
+        key = f"{plan.namespace}/{plan.name}"
+        if key in given:
+            i = given[key]
+            if previous[i] is None and not args.previous and plan.applied:
+                previous[i] = _previous_from(dict(plan.status), f"the cluster's {key}")
+            continue
+        if plan.spec is None:
+            print(f"gpuplan: {key}: {plan.invalid} (planned without it)", file=sys.stderr)
+            continue
+        theirs.append(plan.spec)
+        their_previous.append(
+            _previous_from(dict(plan.status), f"the cluster's {key}") if plan.applied else None
+        )
     snap = snapshot(
         seen.nodes,
         seen.pods,
-        seen.reserved,
         slices_doc=seen.slices,
         claims_doc=seen.claims,
-        reserved_devices=seen.reserved_devices,
         topology_doc=seen.topology,
-        own_zones=seen.own_zones,
-        reserved_zones=seen.reserved_zones,
     )
-    return snap, previous
+    return snap, [*theirs, *specs], [*their_previous, *previous], len(theirs)
+
+
+def _read_plans(args: argparse.Namespace) -> list[PlanSpec]:
+    from planner import parse_plan
+
+    specs = []
+    seen: dict[str, str] = {}
+    for path in args.plan:
+        try:
+            spec = parse_plan(load(path, "plan"))
+        except InvalidInput as e:
+            if len(args.plan) == 1:
+                raise
+            raise InvalidInput(f"{path}: {e.field}", e.message) from None
+        key = f"{spec.namespace}/{spec.name}"
+        if key in seen:
+            raise InvalidInput(f"{path}: metadata.name", f"plan {key} is also given by {seen[key]}")
+        seen[key] = path
+        if args.domain_attribute:
+            spec = replace(spec, topology_attribute=args.domain_attribute)
+        specs.append(spec)
+    return specs
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from planner import explain, parse_plan, plan, render_manifests, values_yaml
+    from planner import plan_together
 
-    if (
-        sum(
-            1
-            for f in (
-                args.plan,
-                args.nodes,
-                args.pods,
-                args.previous,
-                args.slices,
-                args.claims,
-                args.topology,
-            )
-            if f == "-"
-        )
-        > 1
-    ):
+    files = [*args.plan, args.nodes, args.pods, args.previous, args.slices, args.claims, args.topology]
+    if sum(1 for f in files if f == "-") > 1:
         raise InvalidInput("-", "standard input can be read for one option only")
-    spec = parse_plan(load(args.plan, "plan"))
-    if args.domain_attribute:
-        spec = replace(spec, topology_attribute=args.domain_attribute)
-    snap, previous = _inputs(args, spec)
-    result = plan(
-        spec,
+    specs = _read_plans(args)
+    snap, everyone, previous, skip = _inputs(args, specs)
+    answers = plan_together(
+        everyone,
         snap,
+        previous,
         seconds=args.time_limit,
         workers=args.workers,
-        previous=previous,
         progress=_progress(args.quiet),
     )
-    code = EXIT_PLAN if result.feasible else EXIT_NO_PLAN
-    if args.output == "json":
-        print(json.dumps(result.to_json(), indent=2))
-    elif args.output == "yaml":
-        import yaml
+    mine, others = answers[skip:], answers[:skip]
+    code = EXIT_PLAN if all(a.admitted and a.result.feasible for a in mine) else EXIT_NO_PLAN
+    several = len(mine) > 1
+    if args.output in ("json", "yaml"):
+        doc = {"plans": [a.to_json(named=True) for a in mine]} if several else mine[0].to_json()
+        if args.output == "json":
+            print(json.dumps(doc, indent=2))
+        else:
+            import yaml
 
-        print(yaml.safe_dump(result.to_json(), sort_keys=False), end="")
+            print(yaml.safe_dump(doc, sort_keys=False), end="")
     elif args.output == "text":
-        print(explain(spec, result), end="")
-    elif not result.feasible:
-        print(f"gpuplan: no deployable plan: {result.reason}", file=sys.stderr)
-    elif args.output == "values":
-        print(values_yaml(spec, result), end="")
-    else:
-        import yaml
+        from gpuplan.shared import text
 
-        print(yaml.safe_dump_all(render_manifests(spec, result, args.priority_base), sort_keys=False), end="")
+        print(text(mine, others), end="")
+    else:
+        placed = [a for a in mine if a.admitted and a.result.feasible]
+        for a in mine:
+            if a not in placed:
+                why = a.result.reason or a.reason.value
+                who = f"{a.name}: " if several else ""
+                print(f"gpuplan: {who}no deployable plan: {why}", file=sys.stderr)
+        if args.output == "values":
+            from planner import values_yaml
+
+            parts = [values_yaml(a.spec, a.result) for a in placed]
+            if several:
+                parts = [f"# {a.name}\n{v}" for a, v in zip(placed, parts, strict=True)]
+            print("---\n".join(parts), end="")
+        else:
+            import yaml
+
+            from gpuplan.shared import manifests
+
+            print(yaml.safe_dump_all(manifests(placed, args.priority_base), sort_keys=False), end="")
     return code
 
 
@@ -184,7 +251,10 @@ def parser(plugins: bool = True, prog: str = "gpuplan") -> argparse.ArgumentPars
         "only, as the operator sees it.",
     )
     pl.add_argument(
-        "plan", help="a GpuAllocationPlan manifest, or a ragnaros_operator_config JSON ('-': stdin)"
+        "plan",
+        nargs="+",
+        help="GpuAllocationPlan manifests (or a ragnaros_operator_config JSON; '-': stdin), planned "
+        "together in this order (oldest first); with a live cluster, together with its own plans",
     )
     pl.add_argument(
         "--nodes", help="kubectl get nodes -o yaml|json output ('-': stdin); omit to read the cluster"
@@ -204,7 +274,11 @@ def parser(plugins: bool = True, prog: str = "gpuplan") -> argparse.ArgumentPars
     )
     _cluster_options(pl)
     pl.add_argument("-o", "--output", choices=FORMATS, default="text", help="output format (default text)")
-    pl.add_argument("--previous", help="an earlier -o json output: move as few instances as possible")
+    pl.add_argument(
+        "--previous",
+        help="an earlier -o json output: move as few instances as possible; its admitted plans "
+        "hold their cards",
+    )
     pl.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
     pl.add_argument("--workers", type=int, default=1, help="solver threads (default 1: reproducible)")
     pl.add_argument(

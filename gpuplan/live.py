@@ -2,14 +2,15 @@
 
 Notes
 -----
-``gpuplan plan PLAN.yaml`` without ``--nodes`` reads the nodes, the bound pods and the other
-plans (and where served, ResourceSlices, ResourceClaims and NodeResourceTopology objects) of the
+``gpuplan plan PLAN.yaml`` without ``--nodes`` reads the nodes, the bound pods and the plans
+(and where served, ResourceSlices, ResourceClaims and NodeResourceTopology objects) of the
 cluster that ``--kubeconfig``/``--context`` (or ``$KUBECONFIG``, or ``~/.kube/config``) name,
-with the operator's own read functions, and subtracts what the operator
-subtracts: pods a plan already accounts for are not counted twice, and every *other* plan's
-applied cards are reserved. The plan in the file, if the cluster already has it, is planned
-against its own placement (``--previous`` is filled from its status unless given). Only GET and
-LIST requests are sent; nothing is ever written.
+with the operator's own read functions. Pods a plan accounts for are left out (their cards are
+the plans' to share), and the plan files are planned *together* with every plan of the cluster,
+as the operator plans them: by priority, a plan that holds an applied placement before one that
+does not, then the oldest first (the files' plans, if new, last). A file whose plan the cluster
+already has replaces its spec and keeps its placement (``--previous`` unless given). Only GET
+and LIST requests are sent; nothing is ever written.
 
 The Kubernetes client is imported here, when a cluster is actually read, so the rest of the
 command line starts without it.
@@ -17,10 +18,14 @@ command line starts without it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from planner import InvalidInput
+from planner import InvalidInput, parse_spec
+
+if TYPE_CHECKING:
+    from planner import PlanSpec
 
 
 class ClusterUnreachable(Exception):
@@ -28,18 +33,28 @@ class ClusterUnreachable(Exception):
 
 
 @dataclass(frozen=True)
-class LiveSnapshot:
+class ClusterPlan:
+    """One of the cluster's GpuAllocationPlans, as the planner takes it."""
+
+    namespace: str
+    name: str
+    spec: PlanSpec | None  # None: its spec is invalid (``invalid`` says why)
+    status: Mapping[str, Any]
+    applied: bool  # it holds an applied placement (phase Applied, with allocations)
+    invalid: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveCluster:
+    """What the operator plans every plan of the cluster against, read once."""
+
     nodes: dict[str, Any]  # a NodeList
     pods: dict[str, Any]  # the pods no plan accounts for
-    reserved: dict[str, dict[str, int]]  # node -> resource -> units other plans hold
-    own_status: dict[str, Any] | None  # the plan's status when the cluster has it
+    plans: tuple[ClusterPlan, ...]  # oldest first (creation time, then namespace/name)
     server: str
     slices: dict[str, Any] | None = None  # with DRA: the nodes' GPUs one by one
     claims: dict[str, Any] | None = None  # with DRA: the claims no plan accounts for
-    reserved_devices: frozenset[tuple[str, str]] = frozenset()  # (node, device) other plans hold
     topology: dict[str, Any] | None = None  # NodeResourceTopology objects: the nodes' NUMA zones
-    own_zones: dict[str, dict[str, dict[str, int]]] | None = None  # cards the plan placed per zone
-    reserved_zones: dict[str, dict[str, dict[str, int]]] | None = None  # ... and the other plans
     skipped: tuple[str, ...] = ()  # optional inputs the reader may not list, in words
 
 
@@ -54,8 +69,18 @@ def _client(kubeconfig: str | None, context: str | None) -> Any:
         raise ClusterUnreachable(f"no usable kubeconfig: {e}") from None
 
 
-def read(kubeconfig: str | None, context: str | None, namespace: str, name: str) -> LiveSnapshot:
-    """The snapshot the operator would plan the plan ``namespace/name`` against."""
+def _plan_of(body: Any) -> ClusterPlan:
+    status = dict(body.status or {})
+    applied = status.get("phase") == "Applied" and bool(status.get("allocations"))
+    try:
+        spec = parse_spec(dict(body.spec or {}), name=body.name, namespace=body.namespace)
+    except InvalidInput as e:
+        return ClusterPlan(body.namespace, body.name, None, status, False, str(e))
+    return ClusterPlan(body.namespace, body.name, spec, status, applied)
+
+
+def read_cluster(kubeconfig: str | None, context: str | None) -> LiveCluster:
+    """Nodes, the pods and claims no plan accounts for, and every plan, oldest first."""
     from gpuplan_operator import cluster, reserve
     from gpuplan_operator.kube import api_error_message
     from kubernetes.client.exceptions import ApiException
@@ -71,28 +96,25 @@ def read(kubeconfig: str | None, context: str | None, namespace: str, name: str)
         try:
             plans = cluster.list_plans(kube)
         except ApiException as e:
-            if e.status != 404:  # no CRD: a cluster without gpuplan has no plans to reserve for
+            if e.status != 404:  # no CRD: a cluster without gpuplan has no plans
                 raise
             plans = []
     except ApiException as e:
         raise ClusterUnreachable(f"reading the cluster failed: {api_error_message(e)}") from None
     except OSError as e:
         raise ClusterUnreachable(f"cannot reach the API server: {e}") from None
-    mine = next((p for p in plans if p.namespace == namespace and p.name == name), None)
     if not nodes.get("items"):
         raise InvalidInput("nodes", "the cluster has no nodes")
-    return LiveSnapshot(
+    live = [p for p in plans if not p.deleting]
+    live.sort(key=lambda p: (str((p.raw.get("metadata") or {}).get("creationTimestamp") or ""), p.ref))
+    return LiveCluster(
         nodes=nodes,
         pods=reserve.foreign_pods(pods, reserve.plan_keys(plans)),
-        reserved=reserve.reserved_by_others(plans, mine.uid if mine else ""),
-        own_status=dict(mine.status) if mine else None,
+        plans=tuple(_plan_of(p) for p in live),
         server=str(kube.api.configuration.host),
         slices=slices,
         claims=reserve.foreign_claims(claims),
-        reserved_devices=frozenset(reserve.devices_reserved_by_others(plans, mine.uid if mine else "")),
         topology=topology,
-        own_zones=reserve.own_zones(mine.status) if mine else None,
-        reserved_zones=reserve.zones_reserved_by_others(plans, mine.uid if mine else ""),
         skipped=tuple(skipped),
     )
 

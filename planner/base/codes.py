@@ -28,6 +28,7 @@ class Method(StrEnum):
     FAST_PATH = "fast-path"  # every request's best split placed greedily: the upper bound, reached
     CP_SAT = "cp-sat"  # the exact search
     COUNTING = "counting"  # more units requested than are free
+    GREEDY = "greedy"  # several plans: requests grown one by one (a plan, not a proof)
     NONE = "none"  # a request has no admissible split at all
 
 

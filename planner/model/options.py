@@ -159,6 +159,13 @@ def _splits(
     return tuple(splits), tuple(rejected)
 
 
+def splits_of(
+    strategy: Strategy, cards: int, machines: int | None, n: int, largest: int, scoring: str
+) -> tuple[tuple[Split, ...], tuple[tuple[int, int, str], ...]]:
+    """A request's admissible splits for ``cards``, best first, and the rejected ones (cached)."""
+    return _splits(strategy, cards, machines, n, largest, scoring)
+
+
 def build_item(
     index: int,
     request: Request,
@@ -204,9 +211,51 @@ def _cares_about_zones(op: OperatorSpec) -> bool:
     return op.topology is not Topology.NONE or (op.cpu_request is not None and op.cpu_request.numa_share)
 
 
-def build_problems(spec: PlanSpec, snap: Snapshot, only: Collection[str] | None = None) -> list[TypeProblem]:
+@dataclass(frozen=True)
+class TypeNodes:
+    """A type's usable nodes as a problem sees them: free units, domains, devices, zones."""
+
+    nodes: tuple[tuple[str, int], ...]
+    any_node: bool
+    domains: Mapping[str, tuple[Domain, ...]]
+    devices: Mapping[str, Mapping[str, Device]]
+    zoned: frozenset[str]
+    notes: tuple[str, ...]
+    usable: tuple[Node, ...]
+
+
+NodesMemo = dict[tuple[object, ...], TypeNodes]
+
+
+def _type_nodes(spec: PlanSpec, snap: Snapshot, resource: ResourceType, zones: bool) -> TypeNodes:
+    any_node = resource.any_node_when_unlabelled and not snap.labelled(resource)
+    usable = snap.usable(None if any_node else resource, spec.tolerations)
+    gpus = resource.kind is ResourceKind.GPU
+    domains: dict[str, tuple[Domain, ...]] = {}
+    free: dict[str, int] = {}
+    zoned: set[str] = set()
+    notes: list[str] = []
+    for n in usable:
+        found = _gpu_domains(n, resource, spec, zones) if gpus else None
+        if found is None:
+            free[n.name] = n.free(resource.resource_name)
+            continue
+        domains[n.name], free[n.name], numa, note = found
+        if numa:
+            zoned.add(n.name)
+        if note:
+            notes.append(note)
+    nodes = tuple((n.name, free[n.name]) for n in usable)
+    devices = {n.name: {d.name: d for d in n.devices} for n in usable if n.name in domains and n.devices}
+    return TypeNodes(nodes, any_node, domains, devices, frozenset(zoned), tuple(notes), tuple(usable))
+
+
+def build_problems(
+    spec: PlanSpec, snap: Snapshot, only: Collection[str] | None = None, memo: NodesMemo | None = None
+) -> list[TypeProblem]:
     """One problem per resource type that has requests, in the spec's resource order (``only``:
-    just the types of these names)."""
+    just the types of these names). ``memo``: a type's nodes worked out once for every plan that
+    sees the same nodes alike (planning several plans on one snapshot)."""
     out = []
     for resource in spec.resources:
         if only is not None and resource.name not in only:
@@ -214,38 +263,26 @@ def build_problems(spec: PlanSpec, snap: Snapshot, only: Collection[str] | None 
         requests = [r for r in spec.requests if r.resource == resource.name]
         if not requests:
             continue
-        any_node = resource.any_node_when_unlabelled and not snap.labelled(resource)
-        usable = snap.usable(None if any_node else resource, spec.tolerations)
         gpus = resource.kind is ResourceKind.GPU
         zones = gpus and any(_cares_about_zones(spec.operator(r.operator)) for r in requests)
-        domains: dict[str, tuple[Domain, ...]] = {}
-        free: dict[str, int] = {}
-        zoned: set[str] = set()
-        notes: list[str] = []
-        for n in usable:
-            found = _gpu_domains(n, resource, spec, zones) if gpus else None
-            if found is None:
-                free[n.name] = n.free(resource.resource_name)
-                continue
-            domains[n.name], free[n.name], numa, note = found
-            if numa:
-                zoned.add(n.name)
-            if note:
-                notes.append(note)
-        nodes = tuple((n.name, free[n.name]) for n in usable)
-        largest = max((f for _, f in nodes), default=0)
+        key = (resource, spec.tolerations, zones, spec.topology_attribute)
+        found = memo.get(key) if memo is not None else None
+        if found is None:
+            found = _type_nodes(spec, snap, resource, zones)
+            if memo is not None:
+                memo[key] = found
+        largest = max((f for _, f in found.nodes), default=0)
         items = tuple(
             build_item(
-                i, r, effective_strategy(spec, r), len(nodes), largest, spec.scoring,
+                i, r, effective_strategy(spec, r), len(found.nodes), largest, spec.scoring,
                 spec.operator(r.operator).topology if gpus else Topology.NONE,
             )
             for i, r in enumerate(requests)
         )  # fmt: skip
-        devices = {n.name: {d.name: d for d in n.devices} for n in usable if n.name in domains and n.devices}
         out.append(
             TypeProblem(
-                resource, nodes, items, any_node, domains, devices, spec.topology_attribute,
-                zoned=frozenset(zoned), zone_notes=tuple(notes), usable=tuple(usable),
+                resource, found.nodes, items, found.any_node, found.domains, found.devices,
+                spec.topology_attribute, zoned=found.zoned, zone_notes=found.notes, usable=found.usable,
             )
         )  # fmt: skip
     return out

@@ -240,6 +240,8 @@ def cpu_warnings(problems: Sequence[TypeProblem], groups: Sequence[PodGroup]) ->
                 f"whole CPU: its pods request no CPU",
             )
     load = cpu_by_node(problems, groups)
+    if not load:  # no GPU pod asks for CPU: nothing to compare with what is free
+        return warnings
     # the GPU types' view: the CPU types' problems already have the GPU pods' CPU taken
     free = {
         n: h.cpu_free for p in problems if p.resource.kind is ResourceKind.GPU for n, h in p.hosts.items()

@@ -275,7 +275,9 @@ def _range(value: Any, field: str, ranges: bool) -> tuple[int, int]:
         p = _count(value, field)
         return p, p
     if not ranges:
-        raise InvalidInput(field, f"expected a whole number of cards (ranges are for plan manifests), got {value!r}")
+        raise InvalidInput(
+            field, f"expected a whole number of cards (ranges need a plan manifest), got {value!r}"
+        )
     extra = sorted(set(value) - {"min", "max"})
     if extra:
         raise InvalidInput(f"{field}.{extra[0]}", "unknown field in a range: expected min and max")

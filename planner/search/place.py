@@ -162,6 +162,23 @@ def _undo(free: FreeUnits, placed: NodeCounts, units: int) -> None:
         free.take(node, -count * units)
 
 
+def place_one(
+    item: Item, split: Split, free: FreeUnits, prev: Mapping[str, int] | None = None
+) -> NodeCounts | None:
+    """One item's split on ``free`` (its units taken), or None with ``free`` unchanged: previous
+    nodes first and with quality, then (shared nodes) plain best fit. Planning several plans
+    together grows one request at a time this way."""
+    before = prev or {}
+    if item.distinct:
+        return _place_distinct(item, split, free, before)
+    return _place_shared(item, split, free, before, True) or _place_shared(item, split, free, {}, False)
+
+
+def release(free: FreeUnits, placed: NodeCounts, units: int) -> None:
+    """Give back what :func:`place_one` took."""
+    _undo(free, placed, units)
+
+
 def _place(
     chosen: Sequence[tuple[Item, Split]], free: FreeUnits, previous: Previous, quality: bool
 ) -> dict[int, NodeCounts] | None:

@@ -2,11 +2,12 @@
 
 Notes
 -----
-The order is the one of section 6: higher priority first; at equal priority a plan that holds an
-applied placement before one that does not, then the input order (oldest first; the command line:
-the order of its files). Admission is greedy *by definition*: a plan's fate depends only on the
-plans before it, so a later plan never unseats an earlier one and planning again with nothing
-changed admits the same plans (the admitted ones now hold their cards and come no later).
+The order is the one users are promised (docs/sharing.md): higher priority first; at equal
+priority a plan that holds an applied placement before one that does not, then the input order
+(oldest first; the command line: the order of its files). Admission is greedy *by definition*:
+a plan's fate depends only on the plans before it, so a later plan never unseats an earlier one
+and planning again with nothing changed admits the same plans (the admitted ones now hold their
+cards and come no later).
 
 A plan's mins fit when, in every pool it has requests in, its requests at their mins and those of
 the plans admitted before it can all be split and placed: the counting bound and the greedy
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from planner.base.codes import SolveStatus
 from planner.model.options import TypeProblem
-from planner.search.place import greedy_place
+from planner.search.place import FreeUnits, NodeCounts, greedy_place, place_one, release
 from planner.share.outcome import Admission
 from planner.share.pools import Entry, Pool, Pools
 
@@ -56,20 +57,112 @@ def at_min(pool: Pool, entries: Sequence[Entry]) -> TypeProblem:
     return pool.problem([(e, [e.request.least]) for e in entries if e.request.least > 0])
 
 
+class Packed:
+    """One pool's admitted mins, placed: a newcomer whose mins place on what is left is admitted
+    without re-packing everyone (the common case); otherwise :func:`fits` decides from scratch."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.free: FreeUnits | None = FreeUnits(pool.nodes)
+
+    def add(self, problem: TypeProblem) -> list[tuple[NodeCounts, int]] | None:
+        """Place every item (largest instances first) on what is left; None (nothing taken) if
+        one does not place."""
+        if self.free is None or any(not it.splits for it in problem.items):
+            return None
+        done: list[tuple[NodeCounts, int]] = []
+        for it in sorted(problem.items, key=lambda it: (-it.splits[0].units, not it.distinct, it.index)):
+            got = next(
+                ((g, sp.units) for sp in it.splits if (g := place_one(it, sp, self.free)) is not None), None
+            )
+            if got is None:
+                self.undo(done)
+                return None
+            done.append(got)
+        return done
+
+    def undo(self, done: Sequence[tuple[NodeCounts, int]]) -> None:
+        assert self.free is not None
+        for nodes, units in done:
+            release(self.free, nodes, units)
+
+    def reset(self, pool: Pool, problem: TypeProblem) -> None:
+        """Everyone's mins packed afresh (greedily, else unknown: later plans are checked from
+        scratch)."""
+        placed = greedy_place(problem, [0] * len(problem.items))
+        if placed is None:
+            self.free = None
+            return
+        self.free = FreeUnits(pool.nodes)
+        for it, nodes in zip(problem.items, placed, strict=True):
+            for node, k in nodes.items():
+                self.free.take(node, k * it.splits[0].units)
+
+
+def _prefix(pools: Pools, order: Sequence[int], packed: list[Packed]) -> int:
+    """How many plans at the start of ``order`` have mins that place together greedily (by
+    bisection; each success is a proof, so each of those plans is admitted: its mins fit beside
+    those before it). Their pools are left packed with those mins."""
+
+    def problems(k: int) -> list[TypeProblem]:
+        chosen = set(order[:k])
+        return [at_min(pool, [e for e in pool.entries if e.plan in chosen]) for pool in pools.pools]
+
+    def placed(k: int) -> bool:
+        return all(
+            not pr.items or (all(it.splits for it in pr.items) and greedy_place(pr, [0] * len(pr.items)))
+            for pr in problems(k)
+        )
+
+    lo, hi = 0, len(order)
+    if placed(hi):
+        lo = hi
+    else:
+        while lo + 1 < hi:  # placed(lo) holds (0 plans always place), placed(hi) does not
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if placed(mid) else (lo, mid)
+    if lo:
+        for pool, pack, pr in zip(pools.pools, packed, problems(lo), strict=True):
+            pack.reset(pool, pr)
+    return lo
+
+
 def admit(pools: Pools, order: Sequence[int], seconds: float, workers: int = 1) -> dict[int, Verdict]:
     """The admission verdict of every plan, deciding them in ``order``."""
     deadline = time.monotonic() + seconds
     admitted: list[int] = []
+    packed = [Packed(pool) for pool in pools.pools]
     out: dict[int, Verdict] = {}
+    first = _prefix(pools, order, packed)  # the longest start of the order whose mins place at once
+    for p in order[:first]:
+        admitted.append(p)
+        out[p] = Verdict(Admission.ADMITTED)
     for step, p in enumerate(order):
+        if step < first:
+            continue
         left = max(0.05, (deadline - time.monotonic()) / max(1, len(order) - step))
+        quick = []
+        for pi in pools.of_plan[p]:
+            pool = pools.pools[pi]
+            done = packed[pi].add(at_min(pool, [e for e in pool.entries if e.plan == p]))
+            if done is None:
+                break
+            quick.append((pi, done))
+        else:
+            admitted.append(p)
+            out[p] = Verdict(Admission.ADMITTED)
+            continue
+        for pi, done in quick:
+            packed[pi].undo(done)
         blocked: list[Pool] = []
         undecided = False
+        fresh = []
         for pi in pools.of_plan[p]:
             pool = pools.pools[pi]
             mine = [e for e in pool.entries if e.plan == p]
             before = [e for e in pool.entries if e.plan in admitted]
-            verdict = fits(at_min(pool, [*before, *mine]), left, workers)
+            problem = at_min(pool, [*before, *mine])
+            verdict = fits(problem, left, workers)
+            fresh.append((pi, problem))
             if verdict is None:
                 undecided = True
             elif not verdict:
@@ -77,6 +170,8 @@ def admit(pools: Pools, order: Sequence[int], seconds: float, workers: int = 1) 
         if not blocked and not undecided:
             admitted.append(p)
             out[p] = Verdict(Admission.ADMITTED)
+            for pi, problem in fresh:
+                packed[pi].reset(pools.pools[pi], problem)
             continue
         if not blocked:
             out[p] = Verdict(Admission.TIMED_OUT, proven=False)

@@ -11,7 +11,7 @@ next:
    (``Σ min(c, held)``), then all the cards of that priority. Holding comes first so that a plan
    never takes cards from one of equal or higher priority that holds them, and an elastic
    request that shrank grows back only on cards no plan before it keeps (no oscillation);
-2. the total score of section 2, each request's term at its chosen count;
+2. the total score (each request's term of the split table at its chosen count);
 3. the requests that keep their previous count and split (so planning again with nothing changed
    changes nothing); the placement then puts instances back where they were.
 
@@ -25,14 +25,21 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planner.base.codes import Method
 from planner.model.options import TypeProblem
-from planner.search import classes
-from planner.search.cpsat import cp_model
-from planner.search.place import NodeCounts, Previous, greedy_place
+from planner.search.place import FreeUnits, NodeCounts, Previous, greedy_place, place_one, release
+from planner.share.pools import Entry
 
 CLASS_LINEARIZATION = 2  # as the single-plan search: the LP of the distinct-node choices pays
+# past this many splits in a pool the staged model is too large to prove within a re-plan's time:
+# the requests are grown one by one (a plan, not a proof)
+MODEL_SPLITS = 3_000
+
+if TYPE_CHECKING:  # OR-Tools is loaded only when the fast path does not decide
+    from planner.search import classes
+    from planner.search.cpsat import cp_model
 
 
 @dataclass
@@ -47,6 +54,8 @@ class Grown:
 
 
 def _solver(seconds: float, workers: int) -> cp_model.CpSolver:
+    from planner.search.cpsat import cp_model
+
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, seconds)
     solver.parameters.num_workers = workers
@@ -64,17 +73,35 @@ def grow(
     *,
     seconds: float,
     workers: int = 1,
+    fast: bool = True,
 ) -> Grown:
-    """Counts and splits for every item of ``problem`` (``levels``/``held`` per item), placed."""
+    """Counts and splits for every item of ``problem`` (``levels``/``held`` per item), placed.
+    ``fast``: try the fast path (the caller may know it already failed on these items)."""
     n = len(problem.items)
-    placed = greedy_place(problem, [0] * n, previous)
+    if any(not it.splits for it in problem.items):
+        return Grown(None, None, True, Method.NONE, infeasible=True)
+    placed = greedy_place(problem, [0] * n, previous) if fast else None
     if placed is not None:
         return Grown([0] * n, placed, True, Method.FAST_PATH)
+    filled = waterfill(problem, levels, held, previous)
+    if sum(len(it.splits) for it in problem.items) > MODEL_SPLITS:
+        if filled is None:
+            return Grown(None, None, False, Method.CP_SAT)
+        return Grown(filled[0], filled[1], False, Method.GREEDY)
+    from planner.search import classes
+    from planner.search.cpsat import cp_model
+
     keep = [_previous_split(problem, i, previous) for i in range(n)]
     apart = {i: (levels[i], held[i], keep[i]) for i in range(n)}
     cm = classes.build(problem, apart=apart)
     if cm is None:
-        return _descend(problem, previous)
+        if filled is None:
+            return Grown(None, None, False, Method.CP_SAT)
+        return Grown(filled[0], filled[1], False, Method.GREEDY)
+    if filled is not None:  # a feasible start for the first stage
+        for gi, grp in enumerate(cm.groups):
+            for s in range(len(grp.first.splits)):
+                cm.model.add_hint(cm.x[gi, s], sum(1 for it in grp.items if filled[0][it.index] == s))
     stages = _stages(cm, levels, held, keep)
     deadline = time.monotonic() + seconds
     solver: cp_model.CpSolver | None = None
@@ -88,7 +115,9 @@ def grow(
             return Grown(None, None, True, Method.CP_SAT, infeasible=True)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if solver is None:
-                return Grown(None, None, False, Method.CP_SAT)
+                if filled is None:
+                    return Grown(None, None, False, Method.CP_SAT)
+                return Grown(filled[0], filled[1], False, Method.GREEDY)
             proven = False
             break  # keep the last stage's solution
         solver = fresh
@@ -173,18 +202,104 @@ def _read(cm: classes.ClassModel, solver: cp_model.CpSolver, keep: Sequence[int 
     return choice
 
 
-def _descend(problem: TypeProblem, previous: Previous) -> Grown:
-    """Too many node patterns for the class model: lower the counts of the lowest priority's
-    requests step by step until a greedy placement succeeds (a plan, not a proof)."""
-    choice = [0] * len(problem.items)
-    order = sorted(range(len(problem.items)), key=lambda i: -i)
-    for i in order:
-        while True:
-            placed = greedy_place(problem, choice, previous)
-            if placed is not None:
-                return Grown(choice, placed, False, Method.CP_SAT)
-            if choice[i] + 1 >= len(problem.items[i].splits):
-                break
-            choice[i] += 1
-    placed = greedy_place(problem, choice, previous)
-    return Grown(choice if placed else None, placed, False, Method.CP_SAT)
+def waterfill(
+    problem: TypeProblem, levels: Sequence[int], held: Sequence[int], previous: Previous
+) -> tuple[list[int], list[NodeCounts]] | None:
+    """Every request at what it ran (if all of that still places, else at its min), then grown
+    one at a time in the order of growth: per priority, highest first, each request back to what
+    it held, then each to its max (input order inside), to the most cards that still place, best
+    split first. Planning again with nothing changed puts every request back where it was, so it
+    changes nothing. None when the mins do not place greedily."""
+    items = problem.items
+    start = []
+    for it in items:
+        least = next(
+            (s for s, sp in enumerate(it.splits) if sp.instances * sp.units == it.request.least), None
+        )
+        if least is None:
+            return None
+        start.append(least)
+    # what each request ran, where that is still one of its choices: with nothing changed it all
+    # goes back, and growth goes on from there (a request never starts below what it held)
+    was = [_previous_split(problem, i, previous) for i in range(len(items))]
+    placed = None
+    if any(s is not None for s in was):
+        resumed = [s if s is not None else least for s, least in zip(was, start, strict=True)]
+        placed = greedy_place(problem, resumed, previous)
+        if placed is not None:
+            start = resumed
+    if placed is None:
+        placed = greedy_place(problem, start, previous)
+    if placed is None:
+        return None
+    free = FreeUnits(problem.nodes)
+    for it, here in zip(items, placed, strict=True):
+        for node, k in here.items():
+            free.take(node, k * it.splits[start[it.index]].units)
+    room = [sum(free.free.values())]
+    choice = list(start)
+    for level in sorted(set(levels)):
+        at = [i for i in range(len(items)) if levels[i] == level]
+        for i in at:  # back to what it held
+            if held[i]:
+                _grow_one(
+                    problem, i, min(held[i], items[i].request.cards), choice, placed, free, room, previous
+                )
+        for i in at:  # then to its max
+            _grow_one(problem, i, items[i].request.cards, choice, placed, free, room, previous)
+    return choice, placed
+
+
+def _grow_one(
+    problem: TypeProblem,
+    i: int,
+    cap: int,
+    choice: list[int],
+    placed: list[NodeCounts],
+    free: FreeUnits,
+    room: list[int],
+    previous: Previous,
+) -> None:
+    """Item ``i`` to the most cards up to ``cap`` that place on what is free (never fewer)."""
+    it, now = problem.items[i], problem.items[i].splits[choice[i]]
+    had = now.instances * now.units
+    if had >= cap:
+        return
+    release(free, placed[i], now.units)
+    room[0] += had
+    units, nodes = previous.get(it.label, (0, {}))
+    got = None
+    for s, sp in enumerate(it.splits):  # most cards first, then best score
+        cards = sp.instances * sp.units
+        if cards < had:
+            break
+        if cards > min(cap, room[0]):
+            continue
+        got = place_one(it, sp, free, nodes if units == sp.units else None)
+        if got is not None:
+            choice[i], placed[i] = s, got
+            break
+    if got is None:  # nothing better fits: back where it was
+        for node, k in placed[i].items():
+            free.take(node, k * now.units)
+    room[0] -= it.splits[choice[i]].instances * it.splits[choice[i]].units
+
+
+@dataclass
+class PoolPlan:
+    """One pool's admitted entries, their problem (items in entry order) and its growth."""
+
+    problem: TypeProblem
+    entries: list[Entry]
+    grown: Grown
+
+    def placed(self) -> dict[str, tuple[int, int, NodeCounts]]:
+        """label -> (cards, units per instance, node -> instances) of every placed entry."""
+        g = self.grown
+        if g.choice is None or g.nodes is None:
+            return {}
+        out = {}
+        for it, e in zip(self.problem.items, self.entries, strict=True):
+            sp = it.splits[g.choice[it.index]]
+            out[e.label] = (sp.instances * sp.units, sp.units, g.nodes[it.index])
+        return out

@@ -11,7 +11,7 @@ plans as they serve one.
 
 A request with a range becomes an item whose splits are those of every count it may take, most
 cards first, then best score: choosing a split is choosing a count. A range that allows 0 adds a
-split of no instances. Splits keep their score (section 2 with ``p`` the chosen count), so the
+split of no instances. Splits keep their score (the split table's term with ``p`` the chosen count), so the
 search's score is the plans' total score; growth weighs counts in stages of its own
 (:mod:`planner.share.growth`).
 
@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import cached_property
 
 from planner.base.strategies import Strategy, Topology
-from planner.model.options import Item, Split, TypeProblem, build_item, build_problems
+from planner.model.options import Item, NodesMemo, Split, TypeProblem, build_problems, splits_of
 from planner.model.result import Previous as PlanPrevious
 from planner.model.spec import PlanSpec, Request, ResourceKind, ResourceType, Snapshot
 from planner.search.place import NodeCounts, Previous
@@ -39,7 +40,7 @@ class Entry:
 
     plan: int  # index of its plan in the input
     request: Request  # as the plan asks it (``cards`` is its max)
-    label: str  # unique in the pool: ``<plan>:<operator>``
+    label: str  # unique among all plans' requests: ``<plan>:<operator>:<type>``
     strategy: Strategy
     scoring: str
     topology: Topology
@@ -55,12 +56,13 @@ class Pool:
     resource: ResourceType  # the first plan's type (the others name the same resource)
     nodes: tuple[tuple[str, int], ...]  # (name, free units): no plan's instances counted
     entries: list[Entry] = field(default_factory=list)
+    _items: dict[tuple[str, tuple[int, ...]], Item] = field(default_factory=dict, repr=False)
 
-    @property
+    @cached_property
     def free(self) -> int:
         return sum(f for _, f in self.nodes)
 
-    @property
+    @cached_property
     def largest(self) -> int:
         return max((f for _, f in self.nodes), default=0)
 
@@ -73,23 +75,23 @@ class Pool:
 
     def item(self, index: int, entry: Entry, counts: Sequence[int]) -> Item:
         """The item choosing among ``counts``: their splits, most cards first, then best score."""
+        key = (entry.label, tuple(counts))
+        made = self._items.get(key)
+        if made is None:
+            made = self._items[key] = self._item(entry, counts)
+        return made if made.index == index else replace(made, index=index)
+
+    def _item(self, entry: Entry, counts: Sequence[int]) -> Item:
         n, largest = len(self.nodes), self.largest
         splits: list[Split] = []
         rejected: list[tuple[int, int, str]] = []
+        machines, strategy, scoring = entry.request.machines, entry.strategy, entry.scoring
         for c in counts:
             if c == 0:
                 continue
-            one = build_item(
-                index,
-                replace(entry.request, cards=c, minimum=None),
-                entry.strategy,
-                n,
-                largest,
-                entry.scoring,
-                entry.topology,
-            )
-            splits.extend(one.splits)
-            rejected.extend(one.rejected)
+            good, bad = splits_of(strategy, c, machines, n, largest, scoring)
+            splits.extend(good)
+            rejected.extend(bad)
         if 0 in counts:  # runs nothing: no instance, of a size the others use already
             splits.append(Split(0, min((s.units for s in splits), default=1), Fraction(0)))
         splits.sort(key=lambda s: -s.instances * s.units)  # stable: best score first per count
@@ -97,7 +99,7 @@ class Pool:
             entry.label, entry.request.resource, max(counts, default=0), entry.request.machines,
             min(counts, default=0),
         )  # fmt: skip
-        return Item(index, request, entry.strategy, tuple(splits), tuple(rejected), entry.topology)
+        return Item(0, request, entry.strategy, tuple(splits), tuple(rejected), entry.topology)
 
     def problem(self, chosen: Sequence[tuple[Entry, Sequence[int]]]) -> TypeProblem:
         """The pool's problem for these entries, each with the counts it may take."""
@@ -108,8 +110,9 @@ class Pool:
         return {e.label: e.previous for e in entries if e.previous is not None}
 
 
-def label(plan: int, operator: str) -> str:
-    return f"{plan}:{operator}"
+def label(plan: int, request: Request) -> str:
+    """Unique among every plan's requests: an operator may ask for cards of several types."""
+    return f"{plan}:{request.operator}:{request.resource}"
 
 
 def held_cards(prev: PlanPrevious | None, request: Request) -> tuple[int, tuple[int, dict[str, int]] | None]:
@@ -131,14 +134,11 @@ class Pools:
     problems: list[list[TypeProblem]]  # plan -> its own problems (each request at its max)
     entangled: bool  # some types overlap without being equal: no exact joint model
     special: list[bool]  # plan -> needs the single-plan planner to place it (devices, zones, CPU)
+    where: dict[tuple[int, str], int]  # (plan, type name) -> its pool
 
     def pool_of(self, plan: int, resource: str) -> Pool:
         """The pool holding ``plan``'s requests of the type named ``resource``."""
-        for pi in self.of_plan[plan]:
-            pool = self.pools[pi]
-            if any(e.plan == plan and e.request.resource == resource for e in pool.entries):
-                return pool
-        raise KeyError(resource)
+        return self.pools[self.where[plan, resource]]
 
 
 def build_pools(
@@ -150,8 +150,11 @@ def build_pools(
     problems: list[list[TypeProblem]] = []
     special: list[bool] = []
     order: list[tuple[str, frozenset[str]]] = []
+    memo: NodesMemo = {}
+    where: dict[tuple[int, str], int] = {}
+    names: dict[tuple[tuple[str, int], ...], frozenset[str]] = {}
     for p, spec in enumerate(specs):
-        mine = build_problems(spec, snap)
+        mine = build_problems(spec, snap, memo=memo)
         problems.append(mine)
         special.append(
             any(pr.topology_aware or pr.zoned or pr.resource.kind is ResourceKind.CPU for pr in mine)
@@ -159,7 +162,9 @@ def build_pools(
         )
         touched: list[int] = []
         for pr in mine:
-            key = (pr.resource.resource_name, frozenset(n for n, _ in pr.nodes))
+            if pr.nodes not in names:  # the same tuple for every plan that shares the memo entry
+                names[pr.nodes] = frozenset(n for n, _ in pr.nodes)
+            key = (pr.resource.resource_name, names[pr.nodes])
             if key not in by_key:
                 by_key[key] = Pool(pr.resource, pr.nodes)
                 order.append(key)
@@ -168,11 +173,12 @@ def build_pools(
                 held, before = held_cards(previous[p], it.request)
                 pool.entries.append(
                     Entry(
-                        p, it.request, label(p, it.request.operator), it.strategy, spec.scoring,
+                        p, it.request, label(p, it.request), it.strategy, spec.scoring,
                         it.topology, levels[p], held, before,
                     )
                 )  # fmt: skip
             idx = order.index(key)
+            where[p, pr.resource.name] = idx
             if idx not in touched:
                 touched.append(idx)
         of_plan.append(touched)
@@ -182,23 +188,35 @@ def build_pools(
         for b in keys[i + 1 :]:
             if a[0] == b[0] and a[1] != b[1] and a[1] & b[1]:
                 entangled = True
-    return Pools([by_key[k] for k in order], of_plan, problems, entangled, special)
+    return Pools([by_key[k] for k in order], of_plan, problems, entangled, special, where)
 
 
 def reservations(
-    pools: Sequence[Pool], placed: Mapping[str, tuple[int, NodeCounts]], skip: int | None = None
+    pools: Sequence[Pool], placed: Mapping[str, tuple[int, NodeCounts]], only: int | None = None
 ) -> dict[str, dict[str, int]]:
-    """node -> resource name -> units the placed entries hold (CPU in millicores), but ``skip``'s."""
+    """node -> resource name -> units the placed entries hold (CPU in millicores); ``only``: just
+    that plan's entries."""
     out: dict[str, dict[str, int]] = {}
     for pool in pools:
         rn = pool.resource.resource_name
         per = 1000 if pool.resource.kind is ResourceKind.CPU else 1
         for e in pool.entries:
-            if e.plan == skip or e.label not in placed:
+            if (only is not None and e.plan != only) or e.label not in placed:
                 continue
             units, nodes = placed[e.label]
             for node, k in nodes.items():
                 if k:
                     slot = out.setdefault(node, {})
                     slot[rn] = slot.get(rn, 0) + k * units * per
+    return out
+
+
+def without(
+    everyone: Mapping[str, Mapping[str, int]], mine: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, int]]:
+    """``everyone``'s units less ``mine`` (what the other plans hold)."""
+    out = {node: dict(units) for node, units in everyone.items()}
+    for node, units in mine.items():
+        for rn, k in units.items():
+            out[node][rn] -= k
     return out

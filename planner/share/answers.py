@@ -1,0 +1,346 @@
+"""Each plan's answer once the pools are grown: its result, its elastic grants, or why it was not
+admitted and what it keeps.
+
+Notes
+-----
+A plan's :class:`~planner.model.result.PlanResult` is read off the joint placement: per type, its
+requests at the counts they got, on the nodes the joint search chose, with the problem each type
+had on what the other plans leave (so its explanation reasons on the right free cards). A plan
+whose instances need more than counting (GPUs known one by one, NUMA zones, CPU sized per pod)
+is handed to the single-plan planner instead, on the cluster with the other plans' cards taken,
+its counts fixed and the joint placement as its previous plan.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from fractions import Fraction
+
+from planner.base.codes import Method, SolveStatus
+from planner.model.options import Item, TypeProblem, build_item
+from planner.model.result import Allocation, Placement, PlanResult, TypeStats
+from planner.model.result import Previous as PlanPrevious
+from planner.model.spec import PlanSpec, Request, ResourceKind, Snapshot
+from planner.node.pods import concerned, cpu_by_node, cpu_warnings, layout
+from planner.planning import allocations_of, plan
+from planner.search.outcome import Outcome
+from planner.search.place import NodeCounts
+from planner.share.admission import Verdict, fits
+from planner.share.growth import PoolPlan
+from planner.share.outcome import Admission, BelowMax, Grant, Shared, plan_name
+from planner.share.pools import Entry, Pool, Pools, reservations, without
+
+GRANT_SECONDS = 0.2  # at most this long to tell "held by other plans" from "no room", per request
+
+
+def counts_of(
+    p: int, pools: Pools, placed: Mapping[str, tuple[int, int, NodeCounts]]
+) -> dict[tuple[str, str], int]:
+    """(operator, resource) -> the cards plan ``p``'s requests got."""
+    return {
+        (e.request.operator, e.request.resource): placed[e.label][0]
+        for pi in pools.of_plan[p]
+        for e in pools.pools[pi].entries
+        if e.plan == p and e.label in placed
+    }
+
+
+def fixed_counts(spec: PlanSpec, counts: Mapping[tuple[str, str], int]) -> PlanSpec:
+    """The spec with every request at the count it got (requests at 0 left out)."""
+    requests = tuple(
+        Request(r.operator, r.resource, counts[r.operator, r.resource], r.machines)
+        for r in spec.requests
+        if counts.get((r.operator, r.resource), 0) > 0
+    )
+    return replace(spec, requests=requests)
+
+
+def moved_from(allocations: Sequence[Allocation], before: PlanPrevious) -> int:
+    """Instances of requests that existed before and are not where they were (resized: all)."""
+    out = 0
+    for a in allocations:
+        was = before.get((a.operator, a.resource))
+        if was is None:
+            continue
+        here = dict(a.nodes)
+        stayed = (
+            sum(min(n, was.nodes.get(node, 0)) for node, n in here.items()) if was.units == a.units else 0
+        )
+        out += a.instances - stayed
+    return out
+
+
+def placed_result(
+    spec: PlanSpec,
+    p: int,
+    snap: Snapshot,
+    before: PlanPrevious | None,
+    pools: Pools,
+    joint: Sequence[PoolPlan],
+    placed: Mapping[str, tuple[int, int, NodeCounts]],
+    used: Mapping[str, Mapping[str, int]],
+    residual: Residual,
+    proven: bool,
+    deadline: float,
+    workers: int,
+) -> PlanResult:
+    counts = counts_of(p, pools, placed)
+    fixed = fixed_counts(spec, counts)
+    mine = {
+        (e.request.operator, e.request.resource): placed[e.label]
+        for pi in pools.of_plan[p]
+        for e in pools.pools[pi].entries
+        if e.plan == p and e.label in placed
+    }
+    own = reservations(pools.pools, {k: (u, n) for k, (_, u, n) in placed.items()}, p)
+    if pools.special[p]:
+        others = without(used, own)
+        where: PlanPrevious = {k: Placement(u, dict(n)) for k, (c, u, n) in mine.items() if c}
+        left = max(0.5, deadline - time.monotonic())
+        result = plan(fixed, snap.using(others), seconds=left, workers=workers, previous=where)
+    else:
+        result = _from_joint(fixed, [residual.of(pr, own) for pr in pools.problems[p]], mine, joint, p)
+    if before is not None and result.feasible:
+        result = replace(result, moved=moved_from(result.allocations, before))
+    elif before is None:
+        result = replace(result, moved=None)
+    return replace(result, optimal=result.optimal and proven)
+
+
+class Residual:
+    """Each type's nodes with what every plan holds taken, worked out once per node list; a plan's
+    own view adds its own cards back (what its explanation reasons on)."""
+
+    def __init__(self, used: Mapping[str, Mapping[str, int]]) -> None:
+        self.used = used
+        self.base: dict[int, tuple[list[tuple[str, int]], dict[str, int]]] = {}
+
+    def of(self, problem: TypeProblem, own: Mapping[str, Mapping[str, int]]) -> TypeProblem:
+        rn = problem.resource.resource_name
+        per = 1000 if problem.resource.kind is ResourceKind.CPU else 1
+        key = id(problem.nodes)
+        if key not in self.base:
+            used = self.used
+            nodes = [(n, f - used[n].get(rn, 0) // per if n in used else f) for n, f in problem.nodes]
+            self.base[key] = (nodes, {n: i for i, (n, _) in enumerate(nodes)})
+        nodes, index = self.base[key]
+        mine = list(nodes)
+        for node, units in own.items():
+            i = index.get(node)
+            if i is not None and units.get(rn):
+                mine[i] = (node, mine[i][1] + units[rn] // per)
+        return replace(problem, nodes=tuple(mine))
+
+
+def _from_joint(
+    spec: PlanSpec,
+    problems: Sequence[TypeProblem],
+    mine: Mapping[tuple[str, str], tuple[int, int, NodeCounts]],
+    joint: Sequence[PoolPlan],
+    p: int,
+) -> PlanResult:
+    """The plan's result read off the joint placement: per type, its requests at their counts."""
+    allocations: list[Allocation] = []
+    kept_problems: list[TypeProblem] = []
+    stats: list[TypeStats] = []
+    score = Fraction(0)
+    method = {e.request.resource: pp.grown for pp in joint for e in pp.entries if e.plan == p}
+    for pr in problems:
+        largest = pr.largest
+        items: list[Item] = []
+        choice: list[int] = []
+        nodes: list[NodeCounts] = []
+        for it in pr.items:
+            cards, units, where = mine.get((it.request.operator, it.request.resource), (0, 0, {}))
+            if cards == 0:
+                continue
+            one = build_item(
+                len(items), Request(it.request.operator, it.request.resource, cards, it.request.machines),
+                it.strategy, len(pr.nodes), largest, spec.scoring, it.topology,
+            )  # fmt: skip
+            s = next(s for s, sp in enumerate(one.splits) if sp.units == units)
+            items.append(one)
+            choice.append(s)
+            nodes.append(dict(where))
+            score += one.splits[s].score
+        problem = replace(pr, items=tuple(items))
+        grown = method.get(pr.resource.name)
+        out = Outcome(SolveStatus.OPTIMAL, choice, nodes)
+        allocations.extend(allocations_of(problem, out))
+        kept_problems.append(problem)
+        stats.append(
+            TypeStats(
+                pr.resource.name, len(pr.nodes), len(items),
+                grown.method if grown else Method.FAST_PATH,
+                SolveStatus.OPTIMAL if grown is None or grown.proven else SolveStatus.FEASIBLE,
+                0.0, 0, problem.upper_bound,
+            )
+        )  # fmt: skip
+    groups = layout(spec, allocations) if concerned(spec, allocations) else []
+    warnings = (*(n for pr in kept_problems for n in pr.zone_notes), *cpu_warnings(kept_problems, groups))
+    return PlanResult(
+        feasible=True,
+        optimal=True,
+        score=score,
+        bound=score,
+        allocations=tuple(allocations),
+        stats=tuple(stats),
+        problems=tuple(kept_problems),
+        moved=0,
+        warnings=warnings,
+        pod_cpu=tuple(sorted(cpu_by_node(kept_problems, groups).items())),
+    )
+
+
+def grants(
+    p: int,
+    specs: Sequence[PlanSpec],
+    pools: Pools,
+    placed: Mapping[str, tuple[int, int, NodeCounts]],
+    order: Sequence[int],
+) -> tuple[Grant, ...]:
+    """Each elastic request's cards and, below its max, why: other plans hold the cards it could
+    use (its next count fits with its own plan alone on the pool), or there is no room. The
+    requests of one pool are asked together first; one by one only if that does not fit."""
+    got = {e.label: placed.get(e.label, (0,))[0] for pi in pools.of_plan[p] for e in pools.pools[pi].entries}
+    why: dict[str, tuple[BelowMax, tuple[str, ...]]] = {}
+    for pi in pools.of_plan[p]:
+        pool = pools.pools[pi]
+        mine = [e for e in pool.entries if e.plan == p]
+        short: dict[str, int] = {}
+        for e in mine:
+            if got[e.label] < e.request.cards:
+                c = _next_count(pool, e, got[e.label])
+                if c is not None:
+                    short[e.label] = c
+        holders = sorted({e.plan for e in pool.entries if e.plan != p and got[e.label] > 0}, key=order.index)
+        names = tuple(plan_name(specs[o]) for o in holders)
+        if not short or not holders:
+            continue
+        ask = [(e, [short.get(e.label, got[e.label])]) for e in mine if short.get(e.label, got[e.label])]
+        if fits(pool.problem(ask), GRANT_SECONDS) is True:
+            why |= {label: (BelowMax.HELD, names) for label in short}
+            continue
+        for label, c in short.items():
+            one = [(e, [c if e.label == label else got[e.label]]) for e in mine]
+            if fits(pool.problem([(e, n) for e, n in one if n[0]]), GRANT_SECONDS) is True:
+                why[label] = (BelowMax.HELD, names)
+    out = []
+    for r in specs[p].requests:
+        if not r.elastic:
+            continue
+        pool = pools.pool_of(p, r.resource)
+        entry = next(e for e in pool.entries if e.plan == p and e.request == r)
+        cards = got[entry.label]
+        if cards >= r.cards:
+            out.append(Grant(r.operator, r.resource, cards, r.least, r.cards))
+            continue
+        reason, names = why.get(entry.label, (BelowMax.NO_ROOM, ()))
+        out.append(Grant(r.operator, r.resource, cards, r.least, r.cards, reason, names))
+    return tuple(out)
+
+
+def _next_count(pool: Pool, entry: Entry, now: int) -> int | None:
+    """The least count above ``now`` the request has a split for (None: none up to its max)."""
+    for c in range(now + 1, entry.request.cards + 1):
+        if c > pool.free:
+            return None
+        if pool.item(0, entry, [c]).splits:
+            return c
+    return None
+
+
+def preempted_text(holders: Sequence[str]) -> str:
+    return (
+        f"Preempted: its requests fit the cluster's free cards, but plans before it "
+        f"({', '.join(holders)}) are planned on the cards it needs"
+    )
+
+
+def not_placed(spec: PlanSpec, pools: Pools, p: int, reason: str, proven: bool) -> PlanResult:
+    return PlanResult(
+        feasible=False,
+        optimal=proven,
+        score=None,
+        bound=None,
+        allocations=(),
+        reason=reason,
+        problems=tuple(pools.problems[p]),
+    )
+
+
+def at_min_spec(spec: PlanSpec) -> PlanSpec:
+    return replace(
+        spec,
+        requests=tuple(
+            Request(r.operator, r.resource, r.least, r.machines) for r in spec.requests if r.least
+        ),
+    )
+
+
+def refused(
+    spec: PlanSpec,
+    p: int,
+    snap: Snapshot,
+    verdict: Verdict,
+    specs: Sequence[PlanSpec],
+    pools: Pools,
+    deadline: float,
+) -> Shared:
+    """A plan not admitted: who holds the cards it needs, or why its mins fit nowhere."""
+    if verdict.reason is Admission.PREEMPTED:
+        names = tuple(plan_name(specs[h]) for h in verdict.holders)
+        result = not_placed(spec, pools, p, preempted_text(names), verdict.proven)
+        return Shared(spec, False, Admission.PREEMPTED, result, holders=names)
+    if verdict.reason is Admission.NO_ROOM:
+        alone = plan(at_min_spec(spec), snap, seconds=max(0.2, min(5.0, deadline - time.monotonic())))
+        if not alone.feasible:
+            why = "its requests (at their min) do not fit the cluster: " + (alone.reason or "")
+            result = replace(alone, reason=why, optimal=alone.optimal and verdict.proven, partial=())
+            return Shared(spec, False, Admission.NO_ROOM, result)
+        result = not_placed(spec, pools, p, "its requests (at their min) do not fit the cluster", False)
+        return Shared(spec, False, Admission.NO_ROOM, result)
+    reason = "admission not decided within the time budget (not proven impossible)"
+    return Shared(spec, False, Admission.TIMED_OUT, not_placed(spec, pools, p, reason, False))
+
+
+def kept_instances(
+    specs: Sequence[PlanSpec],
+    prev: Sequence[PlanPrevious | None],
+    order: Sequence[int],
+    pools: Pools,
+    placed: Mapping[str, tuple[int, int, NodeCounts]],
+    refused: set[int],
+) -> dict[int, tuple[Allocation, ...]]:
+    """What each plan not admitted keeps of what it ran: its instances on cards that no admitted
+    plan is planned on, plans earlier in the order first."""
+    out: dict[int, tuple[Allocation, ...]] = {}
+    for pool in pools.pools:
+        left = dict(pool.nodes)
+        for e in pool.entries:
+            if e.label in placed:
+                _, units, nodes = placed[e.label]
+                for node, k in nodes.items():
+                    left[node] = left.get(node, 0) - k * units
+        for p in order:
+            if p not in refused or prev[p] is None:
+                continue
+            for e in pool.entries:
+                if e.plan != p or e.previous is None:
+                    continue
+                units, had = e.previous
+                here: dict[str, int] = {}
+                for node, k in sorted(had.items()):
+                    fit = min(k, max(0, left.get(node, 0)) // units) if units else 0
+                    if fit:
+                        here[node] = fit
+                        left[node] -= fit * units
+                if here:
+                    a = Allocation(
+                        e.request.operator, e.request.resource, e.strategy, sum(here.values()), units,
+                        tuple(sorted(here.items())),
+                    )  # fmt: skip
+                    out[p] = (*out.get(p, ()), a)
+    return out

@@ -1,0 +1,98 @@
+"""Several plans together: the case of one, what a plan not admitted keeps, and the fallbacks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.model.result import Placement
+from planner.planning import plan
+from planner.read.parse import parse_plan, snapshot
+from planner.share.outcome import Admission, BelowMax
+from planner.share.together import plan_together
+from tests.helpers import node_list, plan_doc
+
+P4 = {"name": "P4", "nodeSelector": {"gpuplan.ragnaros.io/gpu-type": "P4"}}
+
+
+def named(name: str, requests: dict[str, Any], **spec: Any) -> Any:
+    doc = plan_doc(requests, **spec)
+    doc["metadata"]["name"] = name
+    return parse_plan(doc)
+
+
+def timeless(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc | {"search": [{k: v for k, v in s.items() if k != "seconds"} for s in doc["search"]]}
+
+
+def test_one_plan_with_fixed_counts_answers_as_planning_alone() -> None:
+    snap = snapshot(node_list([("p4-000", "P4", 8), ("p4-001", "P4", 6), ("t4-000", "T4", 8)]))
+    for requests in (
+        {"face_1vn": {"P4": 8}, "face_feature_extract": {"P4": 4}, "body_1vn": {"T4": 4}},
+        {"face_1vn": {"P4": 16}},  # no room
+        {"face_image_flow": {"resourceNum": {"P4": 4}, "machineNum": {"P4": 2}}},
+    ):
+        spec = named("one", requests)
+        (got,) = plan_together([spec], snap)
+        alone = plan(spec, snap)
+        assert timeless(got.result.to_json()) == timeless(alone.to_json())
+        assert got.admitted == alone.feasible
+        assert got.reason is (Admission.ADMITTED if alone.feasible else Admission.NO_ROOM)
+
+
+def test_a_plan_not_admitted_keeps_what_it_runs_where_no_admitted_plan_needs_it() -> None:
+    snap = snapshot(node_list([("p4-000", "P4", 8), ("p4-001", "P4", 8)]))
+    # it ran face_1vn on p4-000 and now also asks body_1vn: 12 cards; the urgent plan takes 8
+    old = named("old", {"face_1vn": {"P4": 4}, "body_1vn": {"P4": 8}})
+    urgent = named("urgent", {"vehicle_1vn": {"P4": 8}}, priority=10)
+    held = {("face_1vn", "P4"): Placement(4, {"p4-000": 1})}
+    refused, admitted = plan_together([old, urgent], snap, [held, None])
+    assert admitted.admitted and not refused.admitted
+    assert refused.reason is Admission.PREEMPTED and refused.holders == ("default/urgent",)
+    # the urgent plan takes the node the old one does not run on; the old one keeps its instance
+    assert [dict(a.nodes) for a in admitted.result.allocations] == [{"p4-001": 1}]
+    assert [(a.operator, dict(a.nodes)) for a in refused.kept] == [("face_1vn", {"p4-000": 1})]
+
+
+def test_an_elastic_plan_alone_takes_what_fits_and_says_there_is_no_room_for_more() -> None:
+    snap = snapshot(node_list([("p4-000", "P4", 8), ("p4-001", "P4", 8)]))
+    (got,) = plan_together([named("e", {"face_1vn": {"P4": {"min": 2, "max": 40}}})], snap)
+    assert got.admitted and got.result.optimal
+    (grant,) = got.grants
+    assert (grant.cards, grant.why, grant.holders) == (16, BelowMax.NO_ROOM, ())
+
+
+def test_a_range_from_zero_runs_nothing_when_the_cards_are_taken() -> None:
+    snap = snapshot(node_list([("p4-000", "P4", 8)]))
+    first = named("first", {"face_1vn": {"P4": 8}})
+    spare = named("spare", {"body_1vn": {"P4": {"min": 0, "max": 8}}})
+    a, b = plan_together([first, spare], snap)
+    assert a.admitted and b.admitted and b.result.allocations == ()
+    (grant,) = b.grants
+    assert (grant.cards, grant.why, grant.holders) == (0, BelowMax.HELD, ("default/first",))
+
+
+def test_types_that_overlap_without_being_equal_are_planned_one_after_another() -> None:
+    snap = snapshot(node_list([("p4-000", "P4", 8), ("p4-001", "P4", 8), ("t4-000", "T4", 8)]))
+    anything = {"name": "GPU", "nodeSelector": {}}  # every node: the P4 nodes and more
+    wide = named("wide", {"face_1vn": {"GPU": 8}}, resources=[anything])
+    narrow = named("narrow", {"body_1vn": {"P4": {"min": 4, "max": 16}}}, resources=[P4], priority=5)
+    w, n = plan_together([wide, narrow], snap)
+    assert w.admitted and n.admitted
+    assert not w.result.optimal and not n.result.optimal  # no joint proof for entangled types
+    used: dict[str, int] = {}
+    for s in (w, n):
+        for a in s.result.allocations:
+            for node, k in a.nodes:
+                used[node] = used.get(node, 0) + k * a.units
+    assert used == {"p4-000": 8, "p4-001": 8, "t4-000": 8}
+    assert n.grants[0].cards == 16  # the higher priority first: all the P4 cards
+
+
+def test_an_operator_asking_for_two_types_gets_each_on_its_own_nodes() -> None:
+    snap = snapshot(node_list([("p4-000", "P4", 8), ("p4-001", "P4", 8), ("t4-000", "T4", 8)]))
+    both = named("both", {"face_feature_extract": {"P4": {"min": 1, "max": 2}, "T4": 2}})
+    other = named("other", {"face_1vn": {"P4": 4}})
+    mine, _ = plan_together([both, other], snap)
+    where = {a.resource: {n for n, _ in a.nodes} for a in mine.result.allocations}
+    assert where["P4"] <= {"p4-000", "p4-001"} and where["T4"] == {"t4-000"}
+    assert mine.result.cards_placed == 4
