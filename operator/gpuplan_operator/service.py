@@ -212,6 +212,16 @@ class PlanService:
         new = st.infeasible_status(plan.status, plan.generation, message, self.clock())
         return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
 
+    def not_planned(self, plan: PlanBody, result: PlanResult) -> Outcome:
+        """No deployable plan and nothing written: what the plan holds stays applied."""
+        reason = result.reason or "unknown reason"
+        conflicts = [c.to_json() for c in result.conflicts]
+        kind = result.conflicts[0].kind if result.conflicts else Reason.INFEASIBLE
+        new = st.infeasible_status(
+            plan.status, plan.generation, reason, self.clock(), conflicts, kind, result.warnings
+        )
+        return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
+
     def render(self, plan: PlanBody, spec: PlanSpec, result: PlanResult) -> Desired | Outcome:
         try:
             return render_desired(spec, result, self.options.priority_base)

@@ -343,7 +343,11 @@ def shared_status(
     else:
         why = shared.result.reason or "its minimum does not fit"
     kept = sum(a.instances for a in shared.kept)
-    keeps = f"; it keeps {kept} instance(s) on cards no admitted plan needs" if kept else ""
+    keeps = (
+        f"; the previous placement stays applied where no admitted plan needs its cards ({kept} instances)"
+        if kept
+        else ""
+    )
     message = f"no deployable plan: {why}{keeps}"
     if shared.holders:
         out["heldBy"] = list(shared.holders)

@@ -120,6 +120,9 @@ def hand_over(
     outcomes: dict[str, Outcome] = {}
     rendered = []
     for t, answer in zip(taking, answers, strict=True):
+        if not answer.admitted and len(taking) == 1:  # alone: nobody needs its cards, it keeps all
+            outcomes[t.plan.uid] = service.not_planned(t.plan, answer.result)
+            continue
         if t.plan.uid not in verify and unchanged(t.plan, answer):
             outcomes[t.plan.uid] = Outcome(Phase(t.plan.status["phase"]), str(t.plan.status.get("message")))
             continue
