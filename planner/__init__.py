@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         CONFIGMAP,
         DEPLOYMENT,
         FIELD_MANAGER,
+        GANG_GATE,
         GROUP,
         KIND,
         MANAGED_BY,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
         POD,
         PRIORITY_BASE,
         PRIORITY_CLASS,
+        RELEASED_ANNOTATION,
         VERSION,
         configmap_name,
         is_plan_label_key,
@@ -59,17 +61,20 @@ if TYPE_CHECKING:
     from planner.output.render import Desired, render_desired, render_manifests, values_yaml
     from planner.planning import plan
     from planner.read.allocations import read_allocations
-    from planner.read.parse import parse_plan, parse_spec, snapshot
+    from planner.base.quantity import parse_quantity
+    from planner.read.parse import parse_plan, parse_spec, pod_requests, snapshot
 
 _HOMES = {
     "planner.base.codes": ("ConflictKind",),
     "planner.base.errors": ("InvalidInput",),
+    "planner.base.quantity": ("parse_quantity",),
     "planner.base.vocab": (
         "API_VERSION",
         "CLAIM_TEMPLATE",
         "CONFIGMAP",
         "DEPLOYMENT",
         "FIELD_MANAGER",
+        "GANG_GATE",
         "GROUP",
         "KIND",
         "MANAGED_BY",
@@ -80,6 +85,7 @@ _HOMES = {
         "POD",
         "PRIORITY_BASE",
         "PRIORITY_CLASS",
+        "RELEASED_ANNOTATION",
         "VERSION",
         "configmap_name",
         "is_plan_label_key",
@@ -92,7 +98,7 @@ _HOMES = {
     "planner.output.render": ("Desired", "render_desired", "render_manifests", "values_yaml"),
     "planner.planning": ("plan",),
     "planner.read.allocations": ("read_allocations",),
-    "planner.read.parse": ("parse_plan", "parse_spec", "snapshot"),
+    "planner.read.parse": ("parse_plan", "parse_spec", "pod_requests", "snapshot"),
 }
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -102,6 +108,7 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "CONFIGMAP",
     "DEPLOYMENT",
     "FIELD_MANAGER",
+    "GANG_GATE",
     "GROUP",
     "KIND",
     "MANAGED_BY",
@@ -112,6 +119,7 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "POD",
     "PRIORITY_BASE",
     "PRIORITY_CLASS",
+    "RELEASED_ANNOTATION",
     "VERSION",
     "Allocation",
     "ConflictKind",
@@ -125,10 +133,12 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "explain",
     "is_plan_label_key",
     "parse_plan",
+    "parse_quantity",
     "parse_spec",
     "plan",
     "plan_label_key",
     "plan_labels",
+    "pod_requests",
     "previous_placements",
     "read_allocations",
     "render_desired",
