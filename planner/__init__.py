@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from planner.base.codes import ConflictKind
     from planner.base.errors import InvalidInput
+    from planner.base.quantity import parse_quantity
     from planner.base.vocab import (
         API_VERSION,
         CLAIM_TEMPLATE,
@@ -61,7 +62,6 @@ if TYPE_CHECKING:
     from planner.output.render import Desired, render_desired, render_manifests, values_yaml
     from planner.planning import plan
     from planner.read.allocations import read_allocations
-    from planner.base.quantity import parse_quantity
     from planner.read.parse import parse_plan, parse_spec, pod_requests, snapshot
 
 _HOMES = {
