@@ -47,6 +47,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.follow import Plans, PlanState, backoff
+from gpuplan_operator.gang import GangCode
 from gpuplan_operator.kube import Kube, api_error_message, load_api_client
 from gpuplan_operator.metrics import Metrics, Trigger
 from gpuplan_operator.service import Options, Outcome, PlanService
@@ -126,8 +127,27 @@ async def _sweep_pods(memo: kopf.Memo) -> None:
             log.warning("listing the plans' pods failed (%s); again in a moment", error)
             continue
         failures = 0
+        await _release_gates(memo, pods)
         for key in plans.sweep(pods, lambda name: plan_labels(name)[PLAN_LABEL]):
             log.debug("%s: its pods changed: re-check readiness", key)
+
+
+async def _release_gates(memo: kopf.Memo, pods: list[dict[str, Any]]) -> None:
+    """One release round of the gang gates; a plan whose release timed out is re-planned."""
+    service: PlanService = memo.service
+    try:
+        decisions = await asyncio.to_thread(service.release_gates, pods)
+        for decision in decisions:
+            if decision.code is GangCode.TIMED_OUT and await asyncio.to_thread(
+                service.gang_timed_out, decision
+            ):
+                namespace, name = decision.plan.split("/", 1)
+                replan = asyncio.ensure_future(_reconcile(memo, namespace, name, Trigger.GANG_TIMEOUT))
+                memo.background.add(replan)  # keep a reference until it is done
+                replan.add_done_callback(memo.background.discard)
+    except Exception as e:  # the API server is away: the next round decides again
+        error = api_error_message(e) if isinstance(e, ApiException) else repr(e)
+        log.warning("releasing gated pods failed (%s); again in a moment", error)
 
 
 async def _reconcile(memo: kopf.Memo, namespace: str | None, name: str, trigger: Trigger) -> Outcome | None:

@@ -27,6 +27,11 @@ they are never swallowed silently.
 
 Metrics (:mod:`.metrics`) are recorded here and in :mod:`.apply`: each reconcile by its
 :class:`~.metrics.Trigger`, its duration and the planner's, the status it ends with, every write.
+
+All-or-nothing deploys are one separate call, :meth:`PlanService.release_gates`: a round of
+:class:`~.release.GateKeeper` over the plans' pods, then an Event for each plan whose decision
+changed. It takes no lock (it writes pods, never plans); the ``Ready`` condition quotes the last
+decision's reason while pods are gated.
 """
 
 from __future__ import annotations
@@ -45,10 +50,12 @@ from gpuplan_operator import cluster, reserve
 from gpuplan_operator import status as st
 from gpuplan_operator.apply import perform
 from gpuplan_operator.body import PlanBody
+from gpuplan_operator.gang import GangCode, GangDecision
 from gpuplan_operator.kube import KubeApi, api_error_message
 from gpuplan_operator.metrics import PLAN_STATUS, Metrics, Trigger
 from gpuplan_operator.readiness import readiness
-from gpuplan_operator.status import Phase, Reason
+from gpuplan_operator.release import GANG_TIMEOUT, GateKeeper
+from gpuplan_operator.status import Phase, Readiness, Reason
 from gpuplan_operator.watch import NODE_GRACE, planning_view, utcnow
 from gpuplan_operator.writes import Changes, OwnershipConflict, apply_writes, cleanup_writes
 from planner import (
@@ -88,6 +95,7 @@ class Options:
     ready_poll: float = 2.0  # while pods are pending, check readiness this often
     priority_base: int = PRIORITY_BASE  # an N-card PriorityClass has the value base + N·1000
     node_grace: float = NODE_GRACE  # a node not Ready this long is planned as unschedulable
+    gang_timeout: float = GANG_TIMEOUT  # released pods not scheduled this long: re-plan around the cause
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,8 @@ class PlanService:
         self.clock = clock
         self.metrics = metrics if metrics is not None else Metrics()
         self.lock = threading.Lock()
+        self.gates = GateKeeper(kube, self.metrics, options.gang_timeout)
+        self._gang_codes: dict[str, GangCode] = {}  # namespace/name -> the last decision's code (events)
         self._took: dict[str, float] = {}  # seconds per stage of the reconcile in progress, for its log line
         self._lock_wait = 0.0  # seconds the reconcile in progress waited for the lock
 
@@ -289,7 +299,8 @@ class PlanService:
             applied["devices"] = devices
         if zones := reserve.applied_zones(result.allocations, names):
             applied["zones"] = zones
-        ready = readiness(desired.deployments, pods, desired.label_key, spec.deploy)
+        waiting = self.gates.waiting(plan.namespace, plan.name)
+        ready = readiness(desired.deployments, pods, desired.label_key, spec.deploy, waiting)
         new = st.applied_status(plan.status, plan.generation, result, applied, ready, now)
         moved = (plan.status.get("applied") or {}).get("units") != applied["units"]
         if changes:
@@ -341,7 +352,7 @@ class PlanService:
             return Outcome(Phase(phase), str(old.get("message") or ""), stale=stale)
         deployments = cluster.list_plan_deployments(self.kube, namespace, name) if plan.deploy else []
         pods = cluster.list_plan_pods(self.kube, namespace, name) if plan.deploy else []
-        ready = readiness(deployments, pods, plan.label_key, plan.deploy)
+        ready = readiness(deployments, pods, plan.label_key, plan.deploy, self.gates.waiting(namespace, name))
         with self.lock:
             current = self._live_plan(namespace, name)
             if current is None:
@@ -356,6 +367,45 @@ class PlanService:
                 if ready.ready:
                     self.events(plan, "Normal", Reason.READY, ready.message)
             return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready, stale=stale)
+
+    # --- all-or-nothing deploys ---------------------------------------------------------------
+
+    def release_gates(self, pods: list[dict[str, Any]]) -> list[GangDecision]:
+        """One release round over the plans' pods; an Event where a plan's decision changed.
+
+        The caller re-plans the plans for which :meth:`gang_timed_out` says so."""
+        decisions = self.gates.release(pods)
+        seen = {d.plan for d in decisions}
+        for key in [k for k in self._gang_codes if k not in seen]:
+            del self._gang_codes[key]
+        for decision in decisions:
+            before = self._gang_codes.get(decision.plan)
+            self._gang_codes[decision.plan] = decision.code
+            if decision.code is GangCode.IDLE or (decision.code is before and not decision.releases):
+                continue
+            namespace, name = decision.plan.split("/", 1)
+            plan = self._live_plan(namespace, name)
+            if plan is None:
+                continue
+            warn = decision.code in (GangCode.WAITING, GangCode.TIMED_OUT)
+            self.events(plan, "Warning" if warn else "Normal", decision.code.value, decision.message)
+        return decisions
+
+    def gang_timed_out(self, decision: GangDecision) -> bool:
+        """Released pods were not scheduled in time: ``Ready`` says so; True when the plan should
+        be re-planned now (once per timeout)."""
+        if not self.gates.should_replan(decision):
+            return False
+        namespace, name = decision.plan.split("/", 1)
+        with self.lock:
+            plan = self._live_plan(namespace, name)
+            if plan is None:
+                return False
+            generation = int(plan.status.get("observedGeneration") or 0)
+            ready = Readiness(False, Reason.GANG_TIMED_OUT, decision.message)
+            self._write_status(plan, st.with_readiness(plan.status, ready, generation, self.clock()))
+        log.warning("%s: %s", decision.plan, decision.message)
+        return True
 
     # --- deletion ---------------------------------------------------------------------------
 

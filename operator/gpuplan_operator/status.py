@@ -51,6 +51,9 @@ class Reason(StrEnum):
     ALL_SCHEDULED = "AllScheduled"
     PENDING = "Pending"
     MISPLACED = "Misplaced"
+    WAITING = "Waiting"  # gang: pods gated until every planned node has their cards
+    GANG_TIMED_OUT = "TimedOut"  # gang: released pods not scheduled in time; re-planned around it
+    RELEASED = "Released"  # event: the plan's gated pods were released together
 
 
 OUR_KEYS = (
