@@ -35,7 +35,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from planner import GANG_GATE, PLAN_LABEL, RELEASED_ANNOTATION, InvalidInput, parse_quantity, pod_requests
+from planner import (
+    GANG_GATE,
+    PLAN_LABEL,
+    RELEASED_ANNOTATION,
+    InvalidInput,
+    is_plan_label_key,
+    parse_quantity,
+    pod_requests,
+)
 
 Units = dict[str, int]  # resource name -> units (cpu in millicores)
 
@@ -66,7 +74,9 @@ class GangPod:
 
     namespace: str
     name: str
-    plan: str | None  # the plan label's value (pods of plans), else None
+    # its plan: ``namespace/name`` for a pod carrying the plan's label (Deployments), else the plan's
+    # node label key its nodeSelector names (pods Ragnaros makes from values.yaml); None: no plan's
+    group: str | None
     unit: str  # what makes it (its ReplicaSet): siblings share it
     gated: bool  # carries the gang gate
     bound: str | None  # spec.nodeName
@@ -80,10 +90,6 @@ class GangPod:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
-
-    @property
-    def plan_key(self) -> str:
-        return f"{self.namespace}/{self.plan}"
 
     @property
     def target(self) -> str | None:
@@ -139,14 +145,17 @@ def read_pod(pod: Mapping[str, Any], nodes: NodeIndex) -> GangPod:
     except InvalidInput:
         requests = {}
     bound = spec.get("nodeName") or None
+    plan = (meta.get("labels") or {}).get(PLAN_LABEL)
+    selector = spec.get("nodeSelector") or {}
+    keys = sorted(k for k in selector if is_plan_label_key(k))
     return GangPod(
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),
-        plan=(meta.get("labels") or {}).get(PLAN_LABEL),
+        group=f"{meta.get('namespace')}/{plan}" if plan else (keys[0] if keys else None),
         unit=f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else f"Pod/{meta.get('name')}",
         gated=is_gated(pod),
         bound=bound,
-        planned=None if bound else nodes.pinned(spec.get("nodeSelector") or {}),
+        planned=None if bound else nodes.pinned(selector),
         requests=requests,
         terminating=bool(meta.get("deletionTimestamp")),
         released=parse_time((meta.get("annotations") or {}).get(RELEASED_ANNOTATION)),
@@ -215,7 +224,7 @@ class Release:
 class GangDecision:
     """What to do about one plan's gates now, and why."""
 
-    plan: str  # namespace/name
+    plan: str  # namespace/name (or, for pods without the plan's label, the plan's node label key)
     code: GangCode
     releases: tuple[Release, ...] = ()
     short: tuple[Shortfall, ...] = ()
@@ -239,7 +248,7 @@ class GangDecision:
 
 def decide(pods: Sequence[GangPod], ledger: Ledger, now: float, timeout: float) -> GangDecision:
     """One plan's gated pods against the ledger (which the releases take their cards from)."""
-    plan = pods[0].plan_key if pods else ""
+    plan = (pods[0].group or "") if pods else ""
     current = [p for p in pods if not p.terminating]
     gated = sorted((p for p in current if p.gated), key=lambda p: (p.created or 0.0, p.name))
     overdue = tuple(
@@ -304,18 +313,20 @@ def decide(pods: Sequence[GangPod], ledger: Ledger, now: float, timeout: float) 
 def decide_all(
     plan_pods: Iterable[GangPod], ledger: Ledger, now: float, timeout: float
 ) -> list[GangDecision]:
-    """Every plan with gated or released-but-unbound pods, oldest gated pod first, one ledger."""
+    """Every plan with gated or released-but-unbound pods, oldest gated pod first, one ledger.
+
+    ``plan_pods`` may hold any pods: those of no plan are left out."""
     by_plan: dict[str, list[GangPod]] = {}
     for pod in plan_pods:
-        if pod.plan is not None:
-            by_plan.setdefault(pod.plan_key, []).append(pod)
+        if pod.group is not None:
+            by_plan.setdefault(pod.group, []).append(pod)
 
     def interesting(pods: list[GangPod]) -> bool:
         return any(p.gated or (p.released is not None and not p.bound) for p in pods if not p.terminating)
 
     def oldest(pods: list[GangPod]) -> tuple[float, str]:
         times = [p.created or 0.0 for p in pods if p.gated and not p.terminating]
-        return (min(times) if times else now, pods[0].plan_key)
+        return (min(times) if times else now, pods[0].group or "")
 
     todo = sorted((pods for pods in by_plan.values() if interesting(pods)), key=oldest)
     return [decide(pods, ledger, now, timeout) for pods in todo]

@@ -127,16 +127,16 @@ async def _sweep_pods(memo: kopf.Memo) -> None:
             log.warning("listing the plans' pods failed (%s); again in a moment", error)
             continue
         failures = 0
-        await _release_gates(memo, pods)
+        await _release_gates(memo)
         for key in plans.sweep(pods, lambda name: plan_labels(name)[PLAN_LABEL]):
             log.debug("%s: its pods changed: re-check readiness", key)
 
 
-async def _release_gates(memo: kopf.Memo, pods: list[dict[str, Any]]) -> None:
+async def _release_gates(memo: kopf.Memo) -> None:
     """One release round of the gang gates; a plan whose release timed out is re-planned."""
     service: PlanService = memo.service
     try:
-        decisions = await asyncio.to_thread(service.release_gates, pods)
+        decisions = await asyncio.to_thread(service.release_gates)
         for decision in decisions:
             if decision.code is GangCode.TIMED_OUT and await asyncio.to_thread(
                 service.gang_timed_out, decision

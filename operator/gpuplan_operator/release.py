@@ -2,17 +2,22 @@
 
 Notes
 -----
-The round is self-contained and narrow on purpose: it takes the plans' pods (the readiness
-sweep's list, or a watch cache's), reads the nodes and the bound pods only when some pod is gated
-or released but not bound yet (otherwise it costs nothing), and returns the decisions. Whoever
-calls it (today the pod sweep, later a scheduling cycle) writes the conditions and Events and
-re-plans the plans whose release timed out; the last decision per plan is kept here for the
-``Ready`` condition's message.
+The round is self-contained and narrow on purpose. :meth:`GateKeeper.release` looks at the pods
+no node holds yet (from the API server's watch cache: cheap, every sweep); only when one of them
+carries the gang gate, or was released and is not bound yet, does it read nodes, bound pods and
+pending pods consistently and hand them to :meth:`GateKeeper.decide_and_release`, which a
+scheduling cycle can call with its own watch-fed caches instead. The caller writes conditions and
+Events and re-plans the plans whose release timed out; the last decision per plan is kept here for
+the ``Ready`` condition's message.
 
-The reads are consistent lists (not the API server's watch cache): a pod bound a moment ago must
+Pods are found cluster-wide, not through the plans' labels: pods Ragnaros creates from a plan's
+``values.yaml`` carry the gate and select the plan's node label key, but no label of the plan
+(:func:`~.gang.read_pod` groups them by that key, named back to the plan from the plans' list).
+
+The decision's reads are consistent lists (not the watch cache): a pod bound a moment ago must
 count, or a gate could be lifted onto cards that are already taken. Nothing is remembered that the
 cluster does not show: an operator killed between two gate patches decides again from the pods
-when it restarts, finds the plan's instance sets already started and releases the rest.
+when it restarts, finds the plan's instance sets already started, and releases the rest.
 
 A safety-net re-plan is asked for at most once per ``timeout`` per plan, so a plan whose pods
 stay pending for another reason (no scheduler at all) is not re-planned in a loop.
@@ -20,6 +25,7 @@ stay pending for another reason (no scheduler at all) is not re-planned in a loo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +36,7 @@ from gpuplan_operator import cluster
 from gpuplan_operator.gang import GangCode, GangDecision, Ledger, NodeIndex, decide_all, is_gated, read_pod
 from gpuplan_operator.kube import KubeApi
 from gpuplan_operator.metrics import Metrics
-from planner import POD, RELEASED_ANNOTATION
+from planner import POD, RELEASED_ANNOTATION, is_plan_label_key
 
 log = logging.getLogger("gpuplan_operator")
 
@@ -38,6 +44,7 @@ GANG_TIMEOUT = 180.0  # seconds a released pod may stay unscheduled before its p
 
 
 def _in_flight(pod: Mapping[str, Any]) -> bool:
+    """Released by the operator, not bound yet, not going."""
     meta = pod.get("metadata") or {}
     return (
         not (pod.get("spec") or {}).get("nodeName")
@@ -48,6 +55,10 @@ def _in_flight(pod: Mapping[str, Any]) -> bool:
 
 def _iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    return f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
 
 
 class GateKeeper:
@@ -72,22 +83,35 @@ class GateKeeper:
         decision = self.decisions.get(f"{namespace}/{name}")
         return decision.message if decision is not None and decision.code is GangCode.WAITING else None
 
-    def release(self, plan_pods: Sequence[Mapping[str, Any]]) -> list[GangDecision]:
-        """One round over the plans' pods; the decisions of plans that had anything to decide."""
-        if not any(is_gated(p) or _in_flight(p) for p in plan_pods):
+    def release(self) -> list[GangDecision]:
+        """One round; the decisions of plans that had anything to decide."""
+        if not any(is_gated(p) or _in_flight(p) for p in cluster.list_pending_pods(self.kube, cached=True)):
             self.decisions = {}
             self.metrics.gang_round(0)
             return []
         nodes = cluster.list_nodes(self.kube)["items"]
         bound = cluster.list_active_pods(self.kube)["items"]
+        pending = cluster.list_pending_pods(self.kube)
+        return self.decide_and_release(nodes, bound, pending)
+
+    def decide_and_release(
+        self,
+        nodes: Sequence[Mapping[str, Any]],
+        bound: Sequence[Mapping[str, Any]],
+        pending: Sequence[Mapping[str, Any]],
+    ) -> list[GangDecision]:
+        """Decide on every plan's gated pods and lift the gates the decisions release.
+
+        ``bound``: the pods bound to a node and not finished (Terminating ones too); ``pending``:
+        the pods not bound yet. A pod in both (bound between the two reads) counts as bound.
+        """
         now = self.clock()
         index = NodeIndex(nodes)
-        raw = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in plan_pods}
-        mine = [read_pod(p, index) for p in plan_pods]
-        holders = {p.key: p for p in (read_pod(b, index) for b in bound)} | {p.key: p for p in mine}
-        decisions = decide_all(mine, Ledger(index, holders.values()), now, self.timeout)
+        raw = {_key(p): p for p in pending} | {_key(p): p for p in bound}
+        pods = [read_pod(p, index) for p in raw.values()]
+        decisions = [self._named(d) for d in decide_all(pods, Ledger(index, pods), now, self.timeout)]
         at = _iso(now)
-        still_gated = sum(1 for p in mine if p.gated and not p.terminating)
+        still_gated = sum(1 for p in pods if p.gated and not p.terminating and p.group is not None)
         for decision in decisions:
             for r in decision.releases:
                 if cluster.release_gate(self.kube, raw[r.pod.key], at):
@@ -104,9 +128,18 @@ class GateKeeper:
         self.metrics.gang_round(still_gated)
         return decisions
 
+    def _named(self, decision: GangDecision) -> GangDecision:
+        """A decision about pods grouped by a plan's node label key, named after that plan."""
+        if not is_plan_label_key(decision.plan):
+            return decision
+        for plan in cluster.list_plans(self.kube):
+            if plan.label_key == decision.plan:
+                return dataclasses.replace(decision, plan=f"{plan.namespace}/{plan.name}")
+        return decision
+
     def should_replan(self, decision: GangDecision) -> bool:
         """A timed-out plan is re-planned once per ``timeout``, not every round."""
-        if decision.code is not GangCode.TIMED_OUT:
+        if decision.code is not GangCode.TIMED_OUT or is_plan_label_key(decision.plan):
             return False
         now = self.clock()
         last = self._replanned.get(decision.plan)

@@ -59,6 +59,7 @@ from gpuplan_operator.status import Phase, Readiness, Reason
 from gpuplan_operator.watch import NODE_GRACE, planning_view, utcnow
 from gpuplan_operator.writes import Changes, OwnershipConflict, apply_writes, cleanup_writes
 from planner import (
+    GROUP,
     POD,
     PRIORITY_BASE,
     Desired,
@@ -370,11 +371,11 @@ class PlanService:
 
     # --- all-or-nothing deploys ---------------------------------------------------------------
 
-    def release_gates(self, pods: list[dict[str, Any]]) -> list[GangDecision]:
-        """One release round over the plans' pods; an Event where a plan's decision changed.
+    def release_gates(self) -> list[GangDecision]:
+        """One release round of the gang gates; an Event where a plan's decision changed.
 
         The caller re-plans the plans for which :meth:`gang_timed_out` says so."""
-        decisions = self.gates.release(pods)
+        decisions = self.gates.release()
         seen = {d.plan for d in decisions}
         for key in [k for k in self._gang_codes if k not in seen]:
             del self._gang_codes[key]
@@ -383,6 +384,8 @@ class PlanService:
             self._gang_codes[decision.plan] = decision.code
             if decision.code is GangCode.IDLE or (decision.code is before and not decision.releases):
                 continue
+            if "/" not in decision.plan or decision.plan.startswith(f"{GROUP}/"):
+                continue  # pods of no plan that is still there
             namespace, name = decision.plan.split("/", 1)
             plan = self._live_plan(namespace, name)
             if plan is None:
