@@ -207,6 +207,8 @@ class Shortfall:
     pods: tuple[str, ...]
 
     def text(self) -> str:
+        if not self.node and not self.pods:
+            return f"{self.needed} more pod(s) of the plan not created yet"
         if not self.node:
             return f"{', '.join(self.pods)}: no single node matches the pod's nodeSelector"
         unit = "millicores " if self.resource == "cpu" else ""
@@ -246,8 +248,15 @@ class GangDecision:
         return "no gated pods"
 
 
-def decide(pods: Sequence[GangPod], ledger: Ledger, now: float, timeout: float) -> GangDecision:
-    """One plan's gated pods against the ledger (which the releases take their cards from)."""
+def decide(
+    pods: Sequence[GangPod], ledger: Ledger, now: float, timeout: float, expected: int | None = None
+) -> GangDecision:
+    """One plan's gated pods against the ledger (which the releases take their cards from).
+
+    ``expected``: how many pods the plan's Deployments want. Their ReplicaSets create pods over a
+    few seconds; a group is released only once all of them exist, or the first pods would start
+    without the rest. None (pods Ragnaros creates): the pods there are the group.
+    """
     plan = (pods[0].group or "") if pods else ""
     current = [p for p in pods if not p.terminating]
     gated = sorted((p for p in current if p.gated), key=lambda p: (p.created or 0.0, p.name))
@@ -291,6 +300,9 @@ def decide(pods: Sequence[GangPod], ledger: Ledger, now: float, timeout: float) 
         for node in sorted(need)
         for r, n, f in ledger.short(node, need[node])
     ]
+    missing = max(0, expected - len(current)) if expected is not None else 0
+    if missing and group:
+        group_short.append(Shortfall("", "", missing, 0, ()))
     if group and not group_short and not any(p.planned is None for p in group):
         for node, units in need.items():
             ledger.take(node, units)
@@ -311,11 +323,16 @@ def decide(pods: Sequence[GangPod], ledger: Ledger, now: float, timeout: float) 
 
 
 def decide_all(
-    plan_pods: Iterable[GangPod], ledger: Ledger, now: float, timeout: float
+    plan_pods: Iterable[GangPod],
+    ledger: Ledger,
+    now: float,
+    timeout: float,
+    expected: Mapping[str, int] | None = None,
 ) -> list[GangDecision]:
     """Every plan with gated or released-but-unbound pods, oldest gated pod first, one ledger.
 
-    ``plan_pods`` may hold any pods: those of no plan are left out."""
+    ``plan_pods`` may hold any pods: those of no plan are left out. ``expected``: plan -> the pods
+    its Deployments want (:func:`decide`)."""
     by_plan: dict[str, list[GangPod]] = {}
     for pod in plan_pods:
         if pod.group is not None:
@@ -329,4 +346,5 @@ def decide_all(
         return (min(times) if times else now, pods[0].group or "")
 
     todo = sorted((pods for pods in by_plan.values() if interesting(pods)), key=oldest)
-    return [decide(pods, ledger, now, timeout) for pods in todo]
+    wanted = expected or {}
+    return [decide(pods, ledger, now, timeout, wanted.get(pods[0].group or "")) for pods in todo]

@@ -111,7 +111,9 @@ class GateKeeper:
         index = NodeIndex(nodes)
         raw = {_key(p): p for p in pending} | {_key(p): p for p in bound}
         pods = [read_pod(p, index) for p in raw.values()]
-        decisions = [self._named(d) for d in decide_all(pods, Ledger(index, pods), now, self.timeout)]
+        expected = self._expected({p.group for p in pods if p.gated and p.group and not p.terminating})
+        ledger = Ledger(index, pods)
+        decisions = [self._named(d) for d in decide_all(pods, ledger, now, self.timeout, expected)]
         at = _iso(now)
         still_gated = sum(1 for p in pods if p.gated and not p.terminating and p.group is not None)
         releases = [(d, r) for d in decisions for r in d.releases]
@@ -135,6 +137,16 @@ class GateKeeper:
         self.decisions = {d.plan: d for d in decisions}
         self.metrics.gang_round(still_gated)
         return decisions
+
+    def _expected(self, groups: set[str]) -> dict[str, int]:
+        """Plan -> the pods its Deployments want, for plans with gated pods (pods Ragnaros makes,
+        grouped by a node label key, have no Deployments to ask)."""
+        out: dict[str, int] = {}
+        for group in sorted(g for g in groups if not is_plan_label_key(g)):
+            namespace, name = group.split("/", 1)
+            deployments = cluster.list_plan_deployments(self.kube, namespace, name)
+            out[group] = sum(int((d.get("spec") or {}).get("replicas", 1)) for d in deployments)
+        return out
 
     def _named(self, decision: GangDecision) -> GangDecision:
         """A decision about pods grouped by a plan's node label key, named after that plan."""

@@ -242,3 +242,15 @@ def test_cpu_requests_count_as_the_scheduler_counts_them() -> None:
     (decision,) = run([node("a")], [big])
     assert decision.code is GangCode.WAITING
     assert "a needs 40000 millicores cpu, 32000 free" in decision.message
+
+
+def test_a_group_waits_until_every_pod_its_deployments_want_exists() -> None:
+    """ReplicaSets create pods over a few seconds: the first ones must not start without the rest."""
+    index = NodeIndex([node("a"), node("b")])
+    pods = [read_pod(gated("x", 4, "a"), index)]
+    (early,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
+    assert early.code is GangCode.WAITING and not early.releases
+    assert "1 more pod(s) of the plan not created yet" in early.message
+    pods.append(read_pod(gated("y", 4, "b"), index))
+    (complete,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
+    assert complete.code is GangCode.RELEASED and len(complete.releases) == 2
