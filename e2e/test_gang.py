@@ -13,6 +13,7 @@ must wait for them to go.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -82,6 +83,12 @@ def gang_spec(gpu_type: str, cards: int, strategy: str = "machine", **extra: Any
     )
 
 
+def event_reasons(kubectl: Kubectl, ns: str, name: str) -> set[str]:
+    out = kubectl.run("get", "events", "-n", ns, "-o", "json").stdout
+    items = json.loads(out).get("items") or []
+    return {e.get("reason") for e in items if (e.get("involvedObject") or {}).get("name") == name}
+
+
 def ready_reason(api: Api, ns: str, name: str) -> str:
     return str(conditions(api.status(ns, name)).get("Ready", {}).get("reason", ""))
 
@@ -140,6 +147,9 @@ def test_a_foreign_pod_bound_after_planning_holds_back_every_pod_of_the_plan(
     )
     assert sorted(p["spec"]["nodeName"] for p in pods) == [a, b]
     wait_for("Ready", settled(api, ns, "gang"), timeout=30)
+    wait_for(
+        "Waiting and Released Events", lambda: {"Waiting", "Released"} <= event_reasons(kubectl, ns, "gang")
+    )
 
 
 def test_hand_over_from_a_deleted_plan_waits_for_its_terminating_pods(

@@ -36,6 +36,7 @@ Notes
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Coroutine, Mapping
@@ -97,6 +98,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.topologies = SpecTracker(topology_fingerprint)
     memo.node_timers = {}
     memo.background = set()
+    memo.kopf_context = {}  # "daemon": a context in which kopf.event works (see _release_gates)
     memo.plans = Plans()
     memo.sweep = asyncio.create_task(_sweep_pods(memo), name="gpuplan pod sweep")
 
@@ -135,8 +137,13 @@ async def _sweep_pods(memo: kopf.Memo) -> None:
 async def _release_gates(memo: kopf.Memo) -> None:
     """One release round of the gang gates; a plan whose release timed out is re-planned."""
     service: PlanService = memo.service
+    context: contextvars.Context | None = memo.kopf_context.get("daemon")
     try:
-        decisions = await asyncio.to_thread(service.release_gates)
+        # kopf.event (the release's Events) posts through context variables kopf sets in the tasks
+        # it runs for objects; the sweep started with the operator, outside them, so the round
+        # runs in a copy of a plan daemon's context
+        run = context.copy().run if context is not None else (lambda fn: fn())
+        decisions = await asyncio.to_thread(run, service.release_gates)
         for decision in decisions:
             if decision.code is GangCode.TIMED_OUT and await asyncio.to_thread(
                 service.gang_timed_out, decision
@@ -284,6 +291,9 @@ async def follow_cluster(
     assert namespace is not None  # plans are namespaced
     me = f"{namespace}/{name}"
     state = _state(memo, namespace, name)
+    # kopf.event works from here: the sweep borrows this context (the memo is a per-plan copy;
+    # the dict in it is the operator's own)
+    memo.kopf_context.setdefault("daemon", contextvars.copy_context())
     seen = feed.version
     try:
         while not stopped:
