@@ -236,3 +236,42 @@ def test_an_operator_killed_half_way_through_a_release_finishes_it(
     assert sorted(p["spec"]["nodeName"] for p in bound) == sorted(nodes)
     assert all(RELEASED in p["metadata"]["annotations"] for p in bound)
     wait_for("Ready", settled(api, ns, "gang"), timeout=30)
+
+
+def test_released_pods_not_scheduled_in_time_get_their_plan_replanned(
+    api: Api, kubectl: Kubectl, ns: str, operator: OperatorProcess, make_nodes: Callable[..., list[str]]
+) -> None:
+    """The safety net: a pod of the plan released 10 minutes ago (past ``--gang-timeout``) and still
+    not bound. The pod is the test's own (it asks more cards than the node has, so it stays
+    Pending), standing for a released pod whose cards something took in between."""
+    (node,) = make_nodes("gang", 1)
+    gpu_type = node.rsplit("-", 1)[0]
+    kubectl.apply(plan_manifest(ns, "gang", gang_spec(gpu_type, 4)))
+    wait_for("the plan Ready", settled(api, ns, "gang"), timeout=60)
+    mark = operator.mark()
+    stuck = held_pod(
+        ns, "stuck", node, 16, {"app.kubernetes.io/managed-by": "gpuplan", f"{GROUP}/plan": "gang"}
+    )
+    del stuck["spec"]["nodeName"]
+    stuck["spec"]["nodeSelector"] = {f"{GROUP}/{ns}.gang": node}
+    released = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+    stuck["metadata"]["annotations"] = {RELEASED: released}
+    api.create("v1", "pods", stuck, ns=ns)
+
+    wait_for(
+        "a TimedOut Event on the plan", lambda: "TimedOut" in event_reasons(kubectl, ns, "gang"), timeout=30
+    )
+    wait_for(
+        "the re-plan it asked for",
+        lambda: (
+            "re-planning around what took their cards" in operator.log_since(mark)
+            and f"{ns}/gang" in operator.log_since(mark)
+        ),
+        timeout=30,
+    )
+    stays(
+        "one re-plan per timeout, not one per round",
+        lambda: operator.log_since(mark).count("not scheduled in time") == 1,
+        4,
+    )
+    api.delete("v1", "pods", "stuck", ns=ns, grace=0)
