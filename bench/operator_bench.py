@@ -97,7 +97,8 @@ def bare_deployments(api: Api, key: str) -> list[dict[str, Any]]:
         pod = d["spec"]["template"]
         node = pod["spec"]["nodeSelector"][key]
         labels = {"app": FLOOR, "pin": d["metadata"]["name"][-63:].strip("-.")}
-        spec = {k: v for k, v in pod["spec"].items() if k not in ("nodeSelector", "priorityClassName", "schedulingGates")}
+        dropped = ("nodeSelector", "priorityClassName", "schedulingGates")
+        spec = {k: v for k, v in pod["spec"].items() if k not in dropped}
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
         out.append({
             "apiVersion": "apps/v1",
