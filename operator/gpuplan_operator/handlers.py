@@ -137,7 +137,7 @@ async def _sweep_pods(memo: kopf.Memo) -> None:
 async def _release_gates(memo: kopf.Memo) -> None:
     """One release round of the gang gates; a plan whose release timed out is re-planned."""
     service: PlanService = memo.service
-    context: contextvars.Context | None = memo.kopf_context.get("daemon")
+    context: contextvars.Context | None = (memo.get("kopf_context") or {}).get("daemon")
     try:
         # kopf.event (the release's Events) posts through context variables kopf sets in the tasks
         # it runs for objects; the sweep started with the operator, outside them, so the round
@@ -293,7 +293,9 @@ async def follow_cluster(
     state = _state(memo, namespace, name)
     # kopf.event works from here: the sweep borrows this context (the memo is a per-plan copy;
     # the dict in it is the operator's own)
-    memo.kopf_context.setdefault("daemon", contextvars.copy_context())
+    contexts: dict[str, contextvars.Context] | None = memo.get("kopf_context")
+    if contexts is not None:
+        contexts.setdefault("daemon", contextvars.copy_context())
     seen = feed.version
     try:
         while not stopped:
