@@ -32,12 +32,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from planner.base.codes import ConflictKind
     from planner.base.errors import InvalidInput
+    from planner.base.quantity import parse_quantity
     from planner.base.vocab import (
         API_VERSION,
         CLAIM_TEMPLATE,
         CONFIGMAP,
         DEPLOYMENT,
         FIELD_MANAGER,
+        GANG_GATE,
         GROUP,
         KIND,
         MANAGED_BY,
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
         POD,
         PRIORITY_BASE,
         PRIORITY_CLASS,
+        RELEASED_ANNOTATION,
         VERSION,
         configmap_name,
         is_plan_label_key,
@@ -55,24 +58,26 @@ if TYPE_CHECKING:
         plan_labels,
     )
     from planner.model.result import Allocation, PlanResult, Previous, previous_placements
-    from planner.model.spec import PlanSpec, Snapshot
+    from planner.model.spec import Gang, PlanSpec, Snapshot
     from planner.output.explain import explain
     from planner.output.render import Desired, render_desired, render_manifests, values_yaml
     from planner.planning import plan
     from planner.read.allocations import read_allocations
-    from planner.read.parse import parse_plan, parse_spec, snapshot
+    from planner.read.parse import parse_plan, parse_spec, pod_requests, snapshot
     from planner.share.outcome import Admission, BelowMax, Grant, Shared
     from planner.share.together import plan_together
 
 _HOMES = {
     "planner.base.codes": ("ConflictKind",),
     "planner.base.errors": ("InvalidInput",),
+    "planner.base.quantity": ("parse_quantity",),
     "planner.base.vocab": (
         "API_VERSION",
         "CLAIM_TEMPLATE",
         "CONFIGMAP",
         "DEPLOYMENT",
         "FIELD_MANAGER",
+        "GANG_GATE",
         "GROUP",
         "KIND",
         "MANAGED_BY",
@@ -83,6 +88,7 @@ _HOMES = {
         "POD",
         "PRIORITY_BASE",
         "PRIORITY_CLASS",
+        "RELEASED_ANNOTATION",
         "VERSION",
         "configmap_name",
         "is_plan_label_key",
@@ -90,12 +96,12 @@ _HOMES = {
         "plan_labels",
     ),
     "planner.model.result": ("Allocation", "PlanResult", "Previous", "previous_placements"),
-    "planner.model.spec": ("PlanSpec", "Snapshot"),
+    "planner.model.spec": ("Gang", "PlanSpec", "Snapshot"),
     "planner.output.explain": ("explain",),
     "planner.output.render": ("Desired", "render_desired", "render_manifests", "values_yaml"),
     "planner.planning": ("plan",),
     "planner.read.allocations": ("read_allocations",),
-    "planner.read.parse": ("parse_plan", "parse_spec", "snapshot"),
+    "planner.read.parse": ("parse_plan", "parse_spec", "pod_requests", "snapshot"),
     "planner.share.outcome": ("Admission", "BelowMax", "Grant", "Shared"),
     "planner.share.together": ("plan_together",),
 }
@@ -107,6 +113,7 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "CONFIGMAP",
     "DEPLOYMENT",
     "FIELD_MANAGER",
+    "GANG_GATE",
     "GROUP",
     "KIND",
     "MANAGED_BY",
@@ -117,12 +124,14 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "POD",
     "PRIORITY_BASE",
     "PRIORITY_CLASS",
+    "RELEASED_ANNOTATION",
     "VERSION",
     "Admission",
     "Allocation",
     "BelowMax",
     "ConflictKind",
     "Desired",
+    "Gang",
     "Grant",
     "InvalidInput",
     "PlanResult",
@@ -134,11 +143,13 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "explain",
     "is_plan_label_key",
     "parse_plan",
+    "parse_quantity",
     "parse_spec",
     "plan",
     "plan_label_key",
-    "plan_together",
     "plan_labels",
+    "plan_together",
+    "pod_requests",
     "previous_placements",
     "read_allocations",
     "render_desired",

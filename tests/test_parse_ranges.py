@@ -35,7 +35,9 @@ def test_a_number_is_a_fixed_range_and_equal_ends_are_fixed() -> None:
 
 
 def test_min_zero_is_elastic_and_zero_zero_asks_nothing() -> None:
-    (r,) = requests_of({"face_1vn": {"P4": {"min": 0, "max": 4}}, "face_feature_extract": {"P4": {"min": 0, "max": 0}}})
+    (r,) = requests_of(
+        {"face_1vn": {"P4": {"min": 0, "max": 4}}, "face_feature_extract": {"P4": {"min": 0, "max": 0}}}
+    )
     assert (r.operator, r.least, r.cards) == ("face_1vn", 0, 4)
 
 

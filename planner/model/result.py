@@ -4,8 +4,9 @@ Notes
 -----
 ``gpuplan plan -o json`` prints :meth:`PlanResult.to_json`; a plan's ``status.allocations`` holds
 the same allocation objects. Whoever reads them back (``--previous``, the operator reading its own
-status, the load tester's ``compare``) goes through :func:`planner.read.allocations.read_allocations`, which checks every
-field and names the one that is wrong.
+status, the load tester's ``compare``) goes through
+:func:`planner.read.allocations.read_allocations`, which checks every field and names the one
+that is wrong.
 """
 
 from __future__ import annotations

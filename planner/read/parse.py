@@ -23,6 +23,7 @@ from planner.model.devices import STANDARD_DOMAIN
 from planner.model.spec import (
     NUMA_SHARE,
     CpuRequest,
+    Gang,
     LinkStrategy,
     Node,
     OperatorSpec,
@@ -130,6 +131,9 @@ def parse_spec(spec: Mapping[str, Any], name: str, namespace: str, ranges: bool 
         raise InvalidInput(
             "topologyAttribute", "must be a device attribute's name, e.g. resource.kubernetes.io/numaNode"
         )
+    gang = spec.get("gang", Gang.PLAN.value)
+    if not isinstance(gang, str) or gang not in {g.value for g in Gang}:
+        raise InvalidInput("gang", f"must be {one_of(g.value for g in Gang)}, got {gang!r}")
     return PlanSpec(
         name=name,
         namespace=namespace,
@@ -143,6 +147,7 @@ def parse_spec(spec: Mapping[str, Any], name: str, namespace: str, ranges: bool 
         image=image,
         topology_attribute=attribute,
         priority=_priority(spec.get("priority")),
+        gang=Gang(gang),
     )
 
 
@@ -275,7 +280,9 @@ def _range(value: Any, field: str, ranges: bool) -> tuple[int, int]:
         p = _count(value, field)
         return p, p
     if not ranges:
-        raise InvalidInput(field, f"expected a whole number of cards (ranges are for plan manifests), got {value!r}")
+        raise InvalidInput(
+            field, f"expected a whole number of cards (ranges need a plan manifest), got {value!r}"
+        )
     extra = sorted(set(value) - {"min", "max"})
     if extra:
         raise InvalidInput(f"{field}.{extra[0]}", "unknown field in a range: expected min and max")

@@ -6,7 +6,11 @@ Notes
 the cluster with no participating plan's cards counted, and asks :func:`planner.plan_together`
 for every plan at once: admission by priority, growth of elastic requests by priority, score,
 fewest moves. Plans that do not take part keep what they hold: a plan whose spec is invalid, a
-dry run, a plan being deleted. Their applied cards are reserved in the snapshot.
+dry run, a plan being deleted. Their applied cards are reserved in the snapshot. The pods of a
+plan that is gone hold their cards while a plan without the gang gate (``gang: none``) takes
+part: its pods would be created onto cards still taken. When every plan taking part is
+``gang: plan``, they are planned onto those cards: the new pods stay gated until the leaving
+ones are gone (:mod:`..release`), and start within moments of it.
 
 *Hand over*: each plan's result is rendered and its writes computed (pure, :mod:`..writes`)
 first; a plan whose status already says its answer is left alone. Then every plan's
@@ -31,7 +35,7 @@ from gpuplan_operator.cluster import ClusterRead
 from gpuplan_operator.cycle.order import created
 from gpuplan_operator.service import Outcome, PlanService, Prepared, previous_of
 from gpuplan_operator.status import Phase
-from planner import Desired, PlanSpec, Shared, Snapshot, plan_together, snapshot
+from planner import Desired, Gang, PlanSpec, Shared, Snapshot, plan_together, snapshot
 
 PARALLEL_READS = 8  # plans whose objects are read at once (the connection pool's size)
 PARALLEL_PLANS = 3  # plans written at once (each sends up to 8 writes at a time itself)
@@ -52,9 +56,11 @@ def joint_snapshot(
     that do not take part hold is reserved. Raises ``InvalidInput`` (e.g. no nodes at all)."""
     inside = {t.plan.uid for t in taking}
     outside = [p for p in read.plans if p.uid not in inside]
+    gated = all(t.spec.gang is Gang.PLAN for t in taking)
+    owners = None if gated else reserve.plan_owners(read.plans)  # None: any plan's pods are left out
     return snapshot(
         {**read.nodes, "items": list(nodes)},
-        reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), reserve.plan_owners(read.plans)),
+        reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), owners),
         reserve.reserved_by_others(outside, ""),
         slices_doc=read.slices,
         claims_doc=reserve.foreign_claims(read.claims),
