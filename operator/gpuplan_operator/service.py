@@ -265,7 +265,8 @@ class PlanService:
 
         self._took = {"lock wait": self._lock_wait}
         started = time.perf_counter()
-        pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), reserve.plan_owners(read.plans))
+        owners = reserve.owners_of_deployed_pods(read.plans)
+        pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), owners)
         at = utcnow()
         nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
         try:

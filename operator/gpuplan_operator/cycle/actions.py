@@ -7,10 +7,10 @@ the cluster with no participating plan's cards counted, and asks :func:`planner.
 for every plan at once: admission by priority, growth of elastic requests by priority, score,
 fewest moves. Plans that do not take part keep what they hold: a plan whose spec is invalid, a
 dry run, a plan being deleted. Their applied cards are reserved in the snapshot. The pods of a
-plan that is gone hold their cards while a plan without the gang gate (``gang: none``) takes
-part: its pods would be created onto cards still taken. When every plan taking part is
-``gang: plan``, they are planned onto those cards: the new pods stay gated until the leaving
-ones are gone (:mod:`..release`), and start within moments of it.
+plan that is gone hold their cards while some plan deploys without the gang gate (``gang:
+none``): its pods would be created onto cards still taken. Otherwise they are planned onto: the
+new pods stay gated until the leaving ones are gone (:mod:`..release`), and start moments after
+(:func:`~gpuplan_operator.reserve.leaving_pods_hold`).
 
 *Hand over*: each plan's result is rendered and its writes computed (pure, :mod:`..writes`)
 first; a plan whose status already says its answer is left alone. Then every plan's
@@ -35,7 +35,7 @@ from gpuplan_operator.cluster import ClusterRead
 from gpuplan_operator.cycle.order import created
 from gpuplan_operator.service import Outcome, PlanService, Prepared, previous_of
 from gpuplan_operator.status import Phase
-from planner import Desired, Gang, PlanSpec, Shared, Snapshot, plan_together, snapshot
+from planner import Desired, PlanSpec, Shared, Snapshot, plan_together, snapshot
 
 PARALLEL_READS = 8  # plans whose objects are read at once (the connection pool's size)
 PARALLEL_PLANS = 3  # plans written at once (each sends up to 8 writes at a time itself)
@@ -56,8 +56,7 @@ def joint_snapshot(
     that do not take part hold is reserved. Raises ``InvalidInput`` (e.g. no nodes at all)."""
     inside = {t.plan.uid for t in taking}
     outside = [p for p in read.plans if p.uid not in inside]
-    gated = all(t.spec.gang is Gang.PLAN for t in taking)
-    owners = None if gated else reserve.plan_owners(read.plans)  # None: any plan's pods are left out
+    owners = reserve.owners_of_deployed_pods(read.plans)
     return snapshot(
         {**read.nodes, "items": list(nodes)},
         reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), owners),

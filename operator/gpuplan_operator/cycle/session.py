@@ -119,7 +119,8 @@ class Cycle:
             else:
                 report.soon(grace - (now - since).total_seconds() + 0.5)
         c = self.cache
-        left = reserve.orphans(read.pods, reserve.plan_owners(read.plans))
+        owners = reserve.owners_of_deployed_pods(read.plans)
+        left = reserve.orphans(read.pods, owners) if owners is not None else frozenset()
         return (c.nodes.changes, c.slices.changes, c.topologies.changes, tuple(sorted(down)), left)
 
     def run(self) -> Report:
