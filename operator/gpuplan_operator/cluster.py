@@ -97,18 +97,6 @@ def list_active_pods(kube: KubeApi) -> JSON:
     return {"apiVersion": "v1", "kind": "List", "items": _items(doc, "v1", "Pod")}
 
 
-def list_pending_pods(kube: KubeApi, cached: bool = False) -> list[JSON]:
-    """Pods not bound to a node, in every namespace (gated ones among them).
-
-    ``cached``: from the API server's watch cache (``resourceVersion=0``), for a frequent look
-    at whether anything is gated at all; decisions read it consistently.
-    """
-    query: dict[str, Any] = {"fieldSelector": "spec.nodeName="}
-    if cached:
-        query["resourceVersion"] = "0"
-    return _items(kube.get(path_for("v1", "pods"), **query), "v1", "Pod")
-
-
 def list_plan_pods(kube: KubeApi, namespace: str, name: str) -> list[JSON]:
     doc = kube.get(path_for("v1", "pods", namespace=namespace), labelSelector=_selector(plan_labels(name)))
     return _items(doc, "v1", "Pod")
