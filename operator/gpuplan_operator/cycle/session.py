@@ -41,7 +41,7 @@ from gpuplan_operator.cluster import ClusterRead
 from gpuplan_operator.cycle.actions import Taking, allocate, hand_over, joint_snapshot
 from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others, pods_fingerprint
 from gpuplan_operator.follow import backoff
-from gpuplan_operator.gang import GangCode
+from gpuplan_operator.gang import GangCode, is_gated
 from gpuplan_operator.kube import api_error_message
 from gpuplan_operator.metrics import Trigger
 from gpuplan_operator.service import Outcome, PlanService
@@ -283,8 +283,11 @@ class Cycle:
     def _release(self, read: ClusterRead, plans: list[PlanBody], report: Report) -> None:
         """The gang gates' release: every plan's gated pods, from the caches the cycle read (the
         pods as they are now: a pod bound since the snapshot holds its cards)."""
+        pods = self.cache.gang_pods()
+        if self.namespaces:  # other namespaces' gates are another operator's to lift
+            pods = [p for p in pods if not is_gated(p) or p["metadata"].get("namespace") in self.namespaces]
         try:
-            decisions = self.service.release_gates(read.nodes["items"], self.cache.gang_pods(), plans)
+            decisions = self.service.release_gates(read.nodes["items"], pods, plans)
         except ApiException as e:  # the API server is away: the next cycle decides again
             log.warning("releasing gated pods failed (%s); again in a moment", api_error_message(e))
             report.soon(self.options.ready_poll)
