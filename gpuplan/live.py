@@ -18,7 +18,8 @@ command line starts without it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -82,11 +83,10 @@ def _plan_of(body: Any) -> ClusterPlan:
 def read_cluster(kubeconfig: str | None, context: str | None) -> LiveCluster:
     """Nodes, the pods and claims no plan accounts for, and every plan, oldest first."""
     from gpuplan_operator import cluster, reserve
-    from gpuplan_operator.kube import api_error_message
     from kubernetes.client.exceptions import ApiException
 
     kube = _client(kubeconfig, context)
-    try:
+    with _reading("the cluster"):
         nodes = cluster.list_nodes(kube)
         pods = cluster.list_active_pods(kube)
         skipped: list[str] = []
@@ -99,10 +99,6 @@ def read_cluster(kubeconfig: str | None, context: str | None) -> LiveCluster:
             if e.status != 404:  # no CRD: a cluster without gpuplan has no plans
                 raise
             plans = []
-    except ApiException as e:
-        raise ClusterUnreachable(f"reading the cluster failed: {api_error_message(e)}") from None
-    except OSError as e:
-        raise ClusterUnreachable(f"cannot reach the API server: {e}") from None
     if not nodes.get("items"):
         raise InvalidInput("nodes", "the cluster has no nodes")
     live = [p for p in plans if not p.deleting]
@@ -137,36 +133,35 @@ def _optional(read: Any, kube: Any, what: str, skipped: list[str]) -> dict[str, 
 def list_plans(kubeconfig: str | None, context: str | None) -> list[Any]:
     """Every GpuAllocationPlan the cluster has (as PlanBody values)."""
     from gpuplan_operator import cluster
-    from gpuplan_operator.kube import api_error_message
-    from kubernetes.client.exceptions import ApiException
 
     kube = _client(kubeconfig, context)
-    try:
+    with _reading("the plans", plans_needed=True):
         return cluster.list_plans(kube)
-    except ApiException as e:
-        if e.status == 404:
-            raise ClusterUnreachable(
-                "the cluster has no GpuAllocationPlan resource (CRD not installed)"
-            ) from None
-        raise ClusterUnreachable(f"reading the plans failed: {api_error_message(e)}") from None
-    except OSError as e:
-        raise ClusterUnreachable(f"cannot reach the API server: {e}") from None
 
 
 def read_for_view(kubeconfig: str | None, context: str | None) -> Any:
     """What ``status --html`` draws (a :class:`gpuplan_operator.view.ClusterRead`), read only."""
-    from gpuplan_operator.kube import api_error_message
     from gpuplan_operator.view import read_cluster
-    from kubernetes.client.exceptions import ApiException
 
     kube = _client(kubeconfig, context)
-    try:
+    with _reading("the cluster", plans_needed=True):
         return read_cluster(kube)
+
+
+@contextmanager
+def _reading(what: str, plans_needed: bool = False) -> Iterator[None]:
+    """An API error or an unreachable server as one line naming what was being read; with
+    ``plans_needed``, a missing GpuAllocationPlan resource says the CRD is not installed."""
+    from gpuplan_operator.kube import api_error_message
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        yield
     except ApiException as e:
-        if e.status == 404:
+        if plans_needed and e.status == 404:
             raise ClusterUnreachable(
                 "the cluster has no GpuAllocationPlan resource (CRD not installed)"
             ) from None
-        raise ClusterUnreachable(f"reading the cluster failed: {api_error_message(e)}") from None
+        raise ClusterUnreachable(f"reading {what} failed: {api_error_message(e)}") from None
     except OSError as e:
         raise ClusterUnreachable(f"cannot reach the API server: {e}") from None
