@@ -32,7 +32,6 @@ from planner.model.options import TypeProblem
 from planner.search.place import FreeUnits, NodeCounts, Previous, greedy_place, place_one, release
 from planner.share.pools import Entry
 
-CLASS_LINEARIZATION = 2  # as the single-plan search: the LP of the distinct-node choices pays
 # past this many splits in a pool the staged model is too large to prove within a re-plan's time:
 # the requests are grown one by one (a plan, not a proof)
 MODEL_SPLITS = 3_000
@@ -54,15 +53,12 @@ class Grown:
 
 
 def _solver(seconds: float, workers: int) -> cp_model.CpSolver:
-    from planner.search.cpsat import cp_model
+    """The single-plan search's settings for the class model, whose LP of the distinct-node
+    choices pays here too (OR-Tools is loaded only when a stage is solved)."""
+    from planner.search.solver import CLASS_LINEARIZATION
+    from planner.search.solver import _solver as make
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, seconds)
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = 0
-    solver.parameters.cp_model_probing_level = 0
-    solver.parameters.linearization_level = CLASS_LINEARIZATION
-    return solver
+    return make(seconds, workers, CLASS_LINEARIZATION)
 
 
 def grow(
