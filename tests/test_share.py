@@ -119,3 +119,30 @@ def test_plans_planned_together_never_get_the_same_device() -> None:
     given = [d for a in answers for d in _devices_of(a.result)]
     assert len(given) == 16  # every card of both plans has a device of its own
     assert len(set(given)) == len(given), "two plans were given the same device"
+
+
+def test_growing_one_by_one_takes_the_better_fit_the_fast_path_finds_when_guided() -> None:
+    """Found by the fixed-point property: the unguided fast path met the nodes in an order that
+    failed, the waterfill then gave face_feature_extract 1x2, and planning again from that answer
+    (the fast path guided by it) found 2x1 on two nodes: the answer changed with nothing changed."""
+    from unittest.mock import patch
+
+    from planner.model.result import previous_placements
+    from planner.share import growth
+
+    def rng(lo: int, hi: int) -> dict[str, Any]:
+        return {"P4": {"min": lo, "max": hi}}
+
+    specs = [
+        named("p0", {"face_1vn": rng(0, 1)}),
+        named("p1", {"face_1vn": rng(0, 2), "face_feature_extract": rng(0, 2)}),
+        named("p2", {"face_1vn": rng(1, 2)}),
+    ]
+    snap = snapshot(node_list([("n0", "P4", 4), ("n1", "P4", 4)]))
+    with patch.object(growth, "MODEL_SPLITS", 0):
+        first = plan_together(specs, snap)
+        again = plan_together(specs, snap, [previous_placements(a.result.allocations) for a in first])
+    for a, b in zip(first, again, strict=True):
+        assert a.result.allocations == b.result.allocations, a.name
+    ffe = next(x for x in first[1].result.allocations if x.operator == "face_feature_extract")
+    assert (ffe.instances, ffe.units) == (2, 1)

@@ -81,9 +81,7 @@ def grow(
         return Grown([0] * n, placed, True, Method.FAST_PATH)
     filled = waterfill(problem, levels, held, previous)
     if sum(len(it.splits) for it in problem.items) > MODEL_SPLITS:
-        if filled is None:
-            return Grown(None, None, False, Method.CP_SAT)
-        return Grown(filled[0], filled[1], False, Method.GREEDY)
+        return _one_by_one(problem, filled)
     from planner.search import classes
     from planner.search.cpsat import cp_model
 
@@ -91,9 +89,7 @@ def grow(
     apart = {i: (levels[i], held[i], keep[i]) for i in range(n)}
     cm = classes.build(problem, apart=apart)
     if cm is None:
-        if filled is None:
-            return Grown(None, None, False, Method.CP_SAT)
-        return Grown(filled[0], filled[1], False, Method.GREEDY)
+        return _one_by_one(problem, filled)
     if filled is not None:  # a feasible start for the first stage
         for gi, grp in enumerate(cm.groups):
             for s in range(len(grp.first.splits)):
@@ -131,6 +127,20 @@ def grow(
     counts = [[int(solver.value(cm.z[c, p])) for p in range(len(pats))] for c, pats in enumerate(cm.patterns)]
     nodes = greedy_place(problem, choice, previous) or classes.realize(cm, choice, counts, dict(previous))
     return Grown(choice, nodes, proven, Method.CP_SAT)
+
+
+def _one_by_one(problem: TypeProblem, filled: tuple[list[int], list[NodeCounts]] | None) -> Grown:
+    """The answer where the staged model is not built: the waterfill's plan, unless the greedy
+    fast path, guided by that plan, fits every request at its best. The fast path depends on the
+    order it meets the nodes in, and planning again starts from this answer: taking the better
+    one now is what keeps planning again from changing it."""
+    if filled is None:
+        return Grown(None, None, False, Method.CP_SAT)
+    guide = {it.label: (it.splits[s].units, here) for it, s, here in zip(problem.items, *filled, strict=True)}
+    placed = greedy_place(problem, [0] * len(problem.items), guide)
+    if placed is not None:
+        return Grown([0] * len(problem.items), placed, True, Method.FAST_PATH)
+    return Grown(filled[0], filled[1], False, Method.GREEDY)
 
 
 def _previous_split(problem: TypeProblem, i: int, previous: Previous) -> int | None:
