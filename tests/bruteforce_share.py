@@ -3,8 +3,8 @@
 Notes
 -----
 It applies the order of docs/sharing.md literally and tries everything: plans in order (priority, then
-holding a placement, then input order), each admitted when some choice of splits at the mins
-of it and of the plans admitted before it packs (:func:`tests.bruteforce.pack_exact`); then
+holding a placement, then input order), each admitted when some choice of counts and splits,
+each request at least its min, of it and of the plans admitted before it packs (:func:`tests.bruteforce.pack_exact`); then
 every choice of count and split for the admitted requests, keeping the one with the best key:
 per priority, highest first, the cards requests keep of what they held, then all the cards of
 that priority; then the total score. It shares only the split table
@@ -46,6 +46,14 @@ def _options(spec: PlanSpec, p: int, free: Sequence[int], low: int, high: int, r
     return out
 
 
+def _at_least_min(spec: PlanSpec, p: int, free: Sequence[int], r_index: int) -> list[Option]:
+    """A request's options when admitting: any count from its min up to its max that the strategy
+    can split (it gets at least its min; a min no split takes, such as 3 cards for a request spread
+    on two nodes, is met by a larger count that one does)."""
+    r = spec.requests[r_index]
+    return _options(spec, p, free, r.least, r.cards, r_index)
+
+
 def _packs(free: Sequence[int], picked: Sequence[Option]) -> bool:
     return pack_exact(free, [(sp.instances, sp.units, d) for _, sp, d in picked if sp is not None])
 
@@ -63,9 +71,7 @@ def reference(
     admitted: list[int] = []
     for p in order:
         lists = [
-            _options(specs[q], q, free, r.least, r.least, i)
-            for q in [*admitted, p]
-            for i, r in enumerate(specs[q].requests)
+            _at_least_min(specs[q], q, free, i) for q in [*admitted, p] for i in range(len(specs[q].requests))
         ]
         if any(_packs(free, combo) for combo in itertools.product(*lists)):
             admitted.append(p)
