@@ -196,9 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         node_grace=args.node_grace,
     )
     metrics = Metrics()
-    memo = kopf.Memo(
-        options=options, write_observer=_fault_injection(), metrics=metrics, namespaces=args.namespace or []
-    )
+    memo = kopf.Memo(options=options, write_observer=_fault_injection(), metrics=metrics)
     if port:
         serve_metrics(metrics, port, args.metrics_address, view=args.view)
     kopf.run(
