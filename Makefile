@@ -44,12 +44,13 @@ kubelet: ## the real-kubelet suite: 2 real nodes (podman, containerd, kubelet, f
 	KUBELETS=2 bash hack/cluster-up.sh
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e/kubelet
 
-lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD drift, doc references
-	$(BIN)/ruff check planner gpuplan operator loadtest tests bench e2e
-	$(BIN)/ruff format --check planner gpuplan operator loadtest tests bench e2e
+lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD and dashboard drift, doc references
+	$(BIN)/ruff check planner gpuplan operator loadtest tests bench e2e hack/dashboard.py
+	$(BIN)/ruff format --check planner gpuplan operator loadtest tests bench e2e hack/dashboard.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	bash hack/check-crd-drift.sh
+	$(BIN)/python hack/dashboard.py --check
 	bash hack/check-doc-references.sh
 
 bench: bench-planner bench-packing bench-operator bench-loadtest ## every benchmark: planner scale, packings, operator end to end, load tester vs vegeta
@@ -62,6 +63,7 @@ bench-packing: ## 22 classic bin-packing instances at their optimum and one node
 
 bench-operator: ## kubectl apply to every pod Running, 100 and 1,000 kwok nodes (starts the local cluster)
 	bash hack/cluster-up.sh
+	$(BIN)/python bench/cache_memory.py
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/python bench/operator_bench.py
 
 bench-loadtest: ## gpuplan loadtest vs vegeta on a loopback nginx, knees, shards (installs nginx-light, vegeta)

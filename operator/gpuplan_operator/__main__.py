@@ -196,7 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         node_grace=args.node_grace,
     )
     metrics = Metrics()
-    memo = kopf.Memo(options=options, write_observer=_fault_injection(), metrics=metrics)
+    memo = kopf.Memo(
+        options=options, write_observer=_fault_injection(), metrics=metrics, namespaces=args.namespace or []
+    )
     if port:
         serve_metrics(metrics, port, args.metrics_address, view=args.view)
     kopf.run(

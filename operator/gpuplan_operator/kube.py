@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
@@ -212,3 +212,44 @@ class Kube(RestVerbs):
             if observed is not None:
                 observed.after_write(accepted)
         return json.loads(data) if data else {}
+
+    def stream(self, path: str, query: Mapping[str, Any], read_timeout: float) -> Iterator[JSON]:
+        """A watch: one decoded JSON object per line of the answer, as it arrives.
+
+        A stream that says nothing for ``read_timeout`` seconds raises :class:`WatchSilent`; a
+        refused or broken connection raises :class:`ApiException` (status 0), as a request does.
+        """
+        url = self.api.configuration.host + path
+        if query:
+            url += "?" + urlencode({k: _query_value(v) for k, v in query.items() if v is not None})
+        headers = dict(self.api.default_headers)
+        headers["Accept"] = "application/json"
+        self.api.update_params_for_auth(headers, [], ["BearerToken"], path, "GET", None)
+        try:
+            answer = self.api.rest_client.request(  # type: ignore[no-untyped-call]
+                "GET", url, headers=headers, _request_timeout=(10.0, read_timeout)
+            )
+        except urllib3.exceptions.HTTPError as e:
+            raise ApiException(status=0, reason=f"GET {path}: no answer from the API server ({e})") from e
+        response = answer.response  # the urllib3 response, its body not read yet
+        try:
+            if not 200 <= answer.status <= 299:
+                data = answer.read()
+                raise ApiException(http_resp=answer, body=data.decode("utf-8", "replace"), data=None)
+            pending = b""
+            for chunk in response.stream(65536, decode_content=True):
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        except urllib3.exceptions.ReadTimeoutError as e:
+            raise WatchSilent(f"GET {path}: silent for {read_timeout:.0f}s") from e
+        except urllib3.exceptions.HTTPError as e:
+            raise ApiException(status=0, reason=f"GET {path}: watch broken ({e})") from e
+        finally:
+            response.release_conn()
+
+
+class WatchSilent(Exception):
+    """A watch stream said nothing for longer than it may (it is dead, whatever the socket says)."""

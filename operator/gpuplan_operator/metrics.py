@@ -39,7 +39,17 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpuplan_operator.status import Phase
-from planner import CLAIM_TEMPLATE, CONFIGMAP, DEPLOYMENT, NODE, POD, PRIORITY_CLASS, ConflictKind, PlanResult
+from planner import (
+    CLAIM_TEMPLATE,
+    CONFIGMAP,
+    DEPLOYMENT,
+    NODE,
+    POD,
+    PRIORITY_CLASS,
+    ConflictKind,
+    PlanResult,
+    Shared,
+)
 
 
 class Trigger(StrEnum):
@@ -58,6 +68,7 @@ PLAN_STATUS = "GpuAllocationPlan/status"
 WRITTEN_KINDS = (NODE, PRIORITY_CLASS, CONFIGMAP, CLAIM_TEMPLATE, DEPLOYMENT, PLAN_STATUS)
 APPLIED_KINDS = (NODE, PRIORITY_CLASS, CONFIGMAP, CLAIM_TEMPLATE, DEPLOYMENT, POD)
 
+SHARE_EVENTS = ("Preempted", "Shrunk", "Grew")  # reasons of ``gpuplan_share_events_total``
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 BRANCHES = (0, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
@@ -106,6 +117,35 @@ class Metrics:
         self.conflicts = Counter(
             "gpuplan_conflicts", "Conflicts reported by Infeasible reconciles, by kind.", ["kind"], registry=r
         )
+        self.cycle_seconds = Histogram(
+            "gpuplan_cycle_seconds",
+            "Time of one scheduling cycle, by stage (lock, snapshot, plan, write, readiness).",
+            ["stage"],
+            buckets=SECONDS,
+            registry=r,
+        )
+        self.cycles = Counter("gpuplan_cycles", "Scheduling cycles run.", registry=r)
+        self.cycle_plans = Histogram(
+            "gpuplan_cycle_plans_planned",
+            "Plans planned in one cycle (plans whose spec and inputs did not change are not).",
+            buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200),
+            registry=r,
+        )
+        self.cached = Gauge(
+            "gpuplan_cache_objects", "Objects held by the watched caches.", ["kind"], registry=r
+        )
+        self.plan_cards = Gauge(
+            "gpuplan_plan_cards",
+            "Cards of a plan planned with the others: placed, and its requests' min and max.",
+            ["namespace", "plan", "priority", "bound"],
+            registry=r,
+        )
+        self.share_events = Counter(
+            "gpuplan_share_events",
+            "Plans preempted, elastic plans shrunk and grown, by reason.",
+            ["reason"],
+            registry=r,
+        )
         # every series that can exist without a plan starts at 0, so rates and alerts see it
         for phase in Phase:
             self.plans.labels(phase.value)
@@ -117,6 +157,9 @@ class Metrics:
             self.apply_errors.labels(kind)
         for conflict in ConflictKind:
             self.conflicts.labels(conflict.value)
+        for event in SHARE_EVENTS:
+            self.share_events.labels(event)
+        self._priorities: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._phases: dict[tuple[str, str], str] = {}
 
@@ -138,6 +181,20 @@ class Metrics:
         for conflict in result.conflicts:
             self.conflicts.labels(conflict.kind.value).inc()
 
+    # --- cycles -------------------------------------------------------------------------------
+
+    def cycle(self, stages: Mapping[str, float], planned: int) -> None:
+        """One scheduling cycle ended: seconds per stage (and ``total``), plans it planned."""
+        self.cycles.inc()
+        for stage, seconds in stages.items():
+            self.cycle_seconds.labels(stage).observe(seconds)
+        self.cycle_seconds.labels("total").observe(sum(stages.values()))
+        self.cycle_plans.observe(planned)
+
+    def caches(self, sizes: Mapping[str, int]) -> None:
+        for kind, count in sizes.items():
+            self.cached.labels(kind).set(count)
+
     # --- plans --------------------------------------------------------------------------------
 
     def plan_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
@@ -151,8 +208,33 @@ class Metrics:
             self.cards_placed.labels(namespace, name).set(int(status["cardsPlaced"]))
             self.cards_requested.labels(namespace, name).set(int(status["cardsRequested"]))
 
+    def shared_event(self, reason: str) -> None:
+        self.share_events.labels(str(reason)).inc()
+
+    def shared_cards(self, namespace: str, name: str, shared: Shared, placed: int) -> None:
+        """A plan's cards after planning together: placed, min and max, under its priority."""
+        priority = str(shared.spec.priority)
+        with self._lock:
+            before = self._priorities.get((namespace, name))
+            self._priorities[(namespace, name)] = priority
+        if before is not None and before != priority:
+            self._drop_cards(namespace, name, before)
+        least = sum(r.least for r in shared.spec.requests)
+        most = sum(r.cards for r in shared.spec.requests)
+        for bound, value in (("placed", placed), ("min", least), ("max", most)):
+            self.plan_cards.labels(namespace, name, priority, bound).set(value)
+
+    def _drop_cards(self, namespace: str, name: str, priority: str) -> None:
+        for bound in ("placed", "min", "max"):
+            with suppress(KeyError):
+                self.plan_cards.remove(namespace, name, priority, bound)
+
     def plan_gone(self, namespace: str, name: str) -> None:
         """The plan was deleted: its series go."""
+        with self._lock:
+            priority = self._priorities.pop((namespace, name), None)
+        if priority is not None:
+            self._drop_cards(namespace, name, priority)
         with self._lock:
             self._phases.pop((namespace, name), None)
             self._count_phases()

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuplan_operator.body import PlanBody
-from planner import MANAGED_BY, Allocation, is_plan_label_key
+from planner import MANAGED_BY, PLAN_LABEL, Allocation, is_plan_label_key, plan_labels
 
 Units = dict[str, dict[str, int]]  # node -> resource name -> units
 
@@ -73,19 +73,46 @@ def plan_keys(plans: Iterable[PlanBody]) -> set[str]:
     return {plan.label_key for plan in plans if plan.name and plan.namespace}
 
 
-def accounted_by_a_plan(pod: Mapping[str, Any], keys: set[str]) -> bool:
+def plan_owners(plans: Iterable[PlanBody]) -> set[tuple[str, str]]:
+    """(namespace, plan label value) of every plan: whose deployed pods a plan accounts for."""
+    return {(plan.namespace, plan_labels(plan.name)[PLAN_LABEL]) for plan in plans}
+
+
+def _owner(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str((meta.get("labels") or {}).get(PLAN_LABEL) or ""))
+
+
+def accounted_by_a_plan(
+    pod: Mapping[str, Any], keys: set[str], owners: set[tuple[str, str]] | None = None
+) -> bool:
+    """Is the pod inside some plan's reservation? A pod the operator deployed is, while its plan
+    exists (``owners``; None: any plan's); once the plan is gone its pods, still terminating,
+    hold their cards like anyone else's until they are gone."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     if all(labels.get(k) == v for k, v in MANAGED_BY.items()):
-        return True
+        return owners is None or _owner(pod) in owners
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     return any(k in keys for k in selector if is_plan_label_key(k))
 
 
-def foreign_pods(pods_doc: Mapping[str, Any], keys: set[str]) -> dict[str, Any]:
+def foreign_pods(
+    pods_doc: Mapping[str, Any], keys: set[str], owners: set[tuple[str, str]] | None = None
+) -> dict[str, Any]:
     """The pod list without the pods some plan already accounts for."""
-    items = [p for p in pods_doc.get("items") or [] if not accounted_by_a_plan(p, keys)]
+    items = [p for p in pods_doc.get("items") or [] if not accounted_by_a_plan(p, keys, owners)]
     return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def orphans(pods_doc: Mapping[str, Any], owners: set[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+    """Pods the operator deployed for plans that are gone (their cards come free as they go)."""
+    return frozenset(
+        (str(p["metadata"].get("namespace")), str(p["metadata"].get("name")))
+        for p in pods_doc.get("items") or []
+        if all(((p.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in MANAGED_BY.items())
+        and _owner(p) not in owners
+    )
 
 
 def priority_classes_in_use(plans: Iterable[PlanBody], uid: str) -> set[str]:

@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,7 +50,7 @@ from gpuplan_operator.metrics import PLAN_STATUS, Metrics, Trigger
 from gpuplan_operator.readiness import readiness
 from gpuplan_operator.status import Phase, Reason
 from gpuplan_operator.watch import NODE_GRACE, planning_view, utcnow
-from gpuplan_operator.writes import Changes, OwnershipConflict, apply_writes, cleanup_writes
+from gpuplan_operator.writes import Changes, OwnershipConflict, Step, Write, apply_writes, cleanup_writes
 from planner import (
     POD,
     PRIORITY_BASE,
@@ -59,6 +59,7 @@ from planner import (
     PlanResult,
     PlanSpec,
     Previous,
+    Shared,
     parse_spec,
     previous_placements,
     read_allocations,
@@ -90,6 +91,21 @@ class Options:
     node_grace: float = NODE_GRACE  # a node not Ready this long is planned as unschedulable
 
 
+@dataclass
+class Prepared:
+    """One plan's result, rendered, with the writes it needs (computed, not yet performed)."""
+
+    plan: PlanBody
+    spec: PlanSpec
+    result: PlanResult
+    desired: Desired
+    writes: list[Write]
+    started: float
+    shared: Shared | None = None  # planned together: admission, elastic requests
+    done: list[Write] = field(default_factory=list)  # performed already (the hand-over)
+    written: bool = False  # every write performed: only the status is left
+
+
 @dataclass(frozen=True)
 class Outcome:
     phase: Phase
@@ -118,6 +134,10 @@ class PlanService:
         self.lock = threading.Lock()
         self._took: dict[str, float] = {}  # seconds per stage of the reconcile in progress, for its log line
         self._lock_wait = 0.0  # seconds the reconcile in progress waited for the lock
+        # set by the cycle: where a plan's pods come from (its cache), and who hears of each status
+        # written (the cache again, so the next plan of the same cycle plans around it)
+        self.pods_source: Callable[[PlanBody], list[dict[str, Any]]] | None = None
+        self.on_status: Callable[[Mapping[str, Any]], None] | None = None
 
     # --- status -----------------------------------------------------------------------------
 
@@ -125,8 +145,10 @@ class PlanService:
         patch = st.status_patch(plan.status, new)
         if patch is None:
             return False
-        cluster.patch_plan_status(self.kube, plan.namespace, plan.name, patch)
+        written = cluster.patch_plan_status(self.kube, plan.namespace, plan.name, patch)
         self.metrics.wrote(PLAN_STATUS)
+        if self.on_status is not None and written:
+            self.on_status(written)
         return True
 
     def _finish(self, plan: PlanBody, new: Mapping[str, Any], reason: str, warn: bool) -> Outcome:
@@ -160,12 +182,55 @@ class PlanService:
             if plan is None:
                 self.metrics.plan_gone(namespace, name)
                 return None
-            self.metrics.replanning(trigger)
-            with self.metrics.reconcile_timer():
-                try:
-                    return self._reconcile(plan)
-                except ApiException as e:  # reading the cluster failed: say so in status, then retry
-                    return self._api_failure(plan, e)
+            try:
+                read = cluster.read_cluster(self.kube)
+            except ApiException as e:  # reading the cluster failed: say so in status, then retry
+                return self._api_failure(plan, e)
+            return self.reconcile_with(plan, read, trigger)
+
+    def reconcile_with(self, plan: PlanBody, read: cluster.ClusterRead, trigger: Trigger) -> Outcome:
+        """One plan against a cluster already read (the cycle's snapshot); the caller holds the lock."""
+        self.metrics.replanning(trigger)
+        with self.metrics.reconcile_timer():
+            try:
+                return self._reconcile(plan, read)
+            except ApiException as e:  # writing the cluster failed: say so in status, then retry
+                return self._api_failure(plan, e)
+
+    # --- what the cycle asks of one plan ---------------------------------------------------------
+
+    def parse(self, plan: PlanBody) -> PlanSpec | Outcome:
+        """The plan's spec, or the ``Invalid`` outcome (status written) when it cannot plan."""
+        try:
+            return parse_spec(plan.spec, name=plan.name, namespace=plan.namespace)
+        except InvalidInput as e:
+            new = st.invalid_status(plan.status, plan.generation, str(e), self.clock())
+            return self._finish(plan, new, Reason.INVALID, warn=True)
+
+    def infeasible(self, plan: PlanBody, message: str) -> Outcome:
+        """Nothing could be planned for a reason outside the plan (e.g. the cluster has no nodes)."""
+        new = st.infeasible_status(plan.status, plan.generation, message, self.clock())
+        return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
+
+    def not_planned(self, plan: PlanBody, result: PlanResult) -> Outcome:
+        """No deployable plan and nothing written: what the plan holds stays applied."""
+        reason = result.reason or "unknown reason"
+        conflicts = [c.to_json() for c in result.conflicts]
+        kind = result.conflicts[0].kind if result.conflicts else Reason.INFEASIBLE
+        new = st.infeasible_status(
+            plan.status, plan.generation, reason, self.clock(), conflicts, kind, result.warnings
+        )
+        return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
+
+    def render(self, plan: PlanBody, spec: PlanSpec, result: PlanResult) -> Desired | Outcome:
+        try:
+            return render_desired(spec, result, self.options.priority_base)
+        except InvalidInput as e:  # e.g. an operator's JSON patch does not apply
+            new = st.invalid_status(plan.status, plan.generation, str(e), self.clock())
+            return self._finish(plan, new, Reason.INVALID, warn=True)
+
+    def errored(self, plan: PlanBody, error: ApiException) -> Outcome:
+        return self._api_failure(plan, error)
 
     def _api_failure(self, plan: PlanBody, error: ApiException) -> Outcome:
         """Status says ``Error``; when even that cannot be written, the outcome still does."""
@@ -189,7 +254,7 @@ class PlanService:
         planning = st.planning_status(plan.status, plan.generation)
         return plan.with_status(planning) if self._write_status(plan, planning) else plan
 
-    def _reconcile(self, plan: PlanBody) -> Outcome:
+    def _reconcile(self, plan: PlanBody, read: cluster.ClusterRead) -> Outcome:
         now = self.clock()
         try:
             spec = parse_spec(plan.spec, name=plan.name, namespace=plan.namespace)
@@ -200,8 +265,7 @@ class PlanService:
 
         self._took = {"lock wait": self._lock_wait}
         started = time.perf_counter()
-        read = cluster.read_cluster(self.kube)
-        pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans))
+        pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), reserve.plan_owners(read.plans))
         at = utcnow()
         nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
         try:
@@ -221,9 +285,9 @@ class PlanService:
             return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
 
         snapped = time.perf_counter()
-        result = self._plan(spec, snap, _previous(plan.status))
+        result = self._plan(spec, snap, previous_of(plan.status))
         planned = time.perf_counter()
-        self._took |= {"cluster read": snapped - started, "plan": planned - snapped}
+        self._took |= {"snapshot": snapped - started, "plan": planned - snapped}
         if not result.feasible:
             reason = result.reason or "unknown reason"
             conflicts = [c.to_json() for c in result.conflicts]
@@ -265,18 +329,90 @@ class PlanService:
         nodes: list[dict[str, Any]],
         in_use: set[str],
     ) -> Outcome:
+        prepared = self.prepare(plan, spec, result, nodes, in_use, desired)
+        if isinstance(prepared, Outcome):
+            return prepared
+        return self.hand_over(prepared) or self.complete(prepared)
+
+    def prepare(
+        self,
+        plan: PlanBody,
+        spec: PlanSpec,
+        result: PlanResult,
+        nodes: list[dict[str, Any]],
+        in_use: set[str],
+        desired: Desired | None = None,
+        shared: Shared | None = None,
+    ) -> Prepared | Outcome:
+        """Render the result and compute its writes against what the cluster holds (one read of
+        the plan's own objects); an Outcome when that already fails."""
         now = self.clock()
         try:
-            started = time.perf_counter()
+            desired = desired or render_desired(spec, result, self.options.priority_base)
+        except InvalidInput as e:  # e.g. an operator's JSON patch does not apply
+            return self._finish(plan, st.invalid_status(plan.status, plan.generation, str(e), now),
+                                Reason.INVALID, warn=True)  # fmt: skip
+        started = time.perf_counter()
+        try:
             observed = cluster.read_for_apply(self.kube, plan, desired, nodes)
             writes = apply_writes(plan, desired, observed, in_use)
-            read = time.perf_counter()
-            changes = Changes.of(perform(self.kube, writes, self.metrics))
-            wrote = time.perf_counter()
-            pods = self._plan_pods(plan) if spec.deploy else []
         except OwnershipConflict as e:
             self.metrics.apply_failed(e.kind)
             return self._apply_failed(plan, result, str(e), now)
+        except ApiException as e:
+            return self._apply_failed(plan, result, api_error_message(e), now)
+        return Prepared(plan, spec, result, desired, writes, started, shared)
+
+    def hand_over(self, prepared: Prepared) -> Outcome | None:
+        """The writes that free cards (Deployments the plan no longer wants): every plan's go
+        before any plan's new instances are written, so cards passing from one plan to another
+        are released before they are taken. None when they landed."""
+        drops = [w for w in prepared.writes if w.step is Step.DROP]
+        if not drops:
+            return None
+        try:
+            perform(self.kube, drops, self.metrics)
+        except ApiException as e:
+            return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
+        prepared.done.extend(drops)
+        return None
+
+    def release(self, prepared: Prepared, units: Mapping[str, Mapping[str, int]]) -> None:
+        """Say in status that the plan holds only ``units`` now (between giving some cards up
+        and taking others); an API error here only leaves the status a moment behind."""
+        old = prepared.plan.status
+        applied = dict(old.get("applied") or {})
+        if not applied:
+            return
+        applied["units"] = {n: dict(r) for n, r in units.items()}
+        try:
+            self._write_status(prepared.plan, {**old, "applied": applied})
+        except ApiException as e:
+            log.warning("%s: releasing cards in status failed: %s", prepared.plan.ref, api_error_message(e))
+
+    def write_rest(self, prepared: Prepared) -> Outcome | None:
+        """The writes left after the hand-over (labels, classes, outputs, Deployments, clean-up);
+        an Outcome when they failed. Plans may do this side by side: what had to go first is gone."""
+        rest = [w for w in prepared.writes if w.step is not Step.DROP] if prepared.done else prepared.writes
+        try:
+            prepared.done.extend(perform(self.kube, rest, self.metrics))
+        except ApiException as e:
+            return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
+        prepared.written = True
+        return None
+
+    def complete(self, prepared: Prepared) -> Outcome:
+        """The rest of the writes (unless :meth:`write_rest` did them), then the status (with what
+        planning together said, if it did)."""
+        plan, spec, result, desired = prepared.plan, prepared.spec, prepared.result, prepared.desired
+        now = self.clock()
+        read = time.perf_counter()
+        if not prepared.written and (failed := self.write_rest(prepared)) is not None:
+            return failed
+        wrote = time.perf_counter()
+        changes = Changes.of(prepared.done)
+        try:
+            pods = self._plan_pods(plan) if spec.deploy else []
         except ApiException as e:
             return self._apply_failed(plan, result, api_error_message(e), now)
 
@@ -291,19 +427,29 @@ class PlanService:
             applied["zones"] = zones
         ready = readiness(desired.deployments, pods, desired.label_key, spec.deploy)
         new = st.applied_status(plan.status, plan.generation, result, applied, ready, now)
+        if prepared.shared is not None:
+            new = st.shared_status(plan.status, new, prepared.shared, now)
+        phase = Phase(new["phase"])
         moved = (plan.status.get("applied") or {}).get("units") != applied["units"]
         if changes:
             self.events(plan, "Normal", Reason.APPLIED, changes.describe())
-            self._took |= {"objects read": read - started, "writes": wrote - read}
+            self._took |= {"objects read": read - prepared.started, "writes": wrote - read}
             took = ", ".join(f"{k} {v:.2f}s" for k, v in self._took.items())
-            log.info("%s: applied %d writes (%s): %s", plan.ref, len(writes), took, changes.describe())
-        if moved:
+            log.info(
+                "%s: applied %d writes (%s): %s", plan.ref, len(prepared.writes), took, changes.describe()
+            )
+        for type_, reason, message in st.share_events(plan.status, new):
+            self.events(plan, type_, reason, message)
+            self.metrics.shared_event(reason)
+        if prepared.shared is not None:
+            self.metrics.shared_cards(plan.namespace, plan.name, prepared.shared, result.cards_placed)
+        if moved and phase is Phase.APPLIED:
             verb = Reason.REPLANNED if plan.status.get("applied") else Reason.PLANNED
             self.events(plan, "Normal", verb, new["message"])
         self.metrics.plan_status(plan.namespace, plan.name, new)
         if self._write_status(plan, new):
-            log.info("%s: %s: %s; %s", plan.ref, Phase.APPLIED, new["message"], ready.message)
-        return Outcome(Phase.APPLIED, new["message"], moved=moved, ready=ready.ready)
+            log.info("%s: %s: %s; %s", plan.ref, phase, new["message"], ready.message)
+        return Outcome(phase, new["message"], moved=moved, ready=ready.ready)
 
     def _apply_failed(self, plan: PlanBody, result: PlanResult, error: str, now: str) -> Outcome:
         new = st.error_status(plan.status, plan.generation, error, now, planned=st.summary(result))
@@ -311,6 +457,8 @@ class PlanService:
 
     def _plan_pods(self, plan: PlanBody) -> list[dict[str, Any]]:
         """The plan's pods, for readiness right after an apply (a failure fails the apply)."""
+        if self.pods_source is not None:
+            return self.pods_source(plan)
         try:
             return cluster.list_plan_pods(self.kube, plan.namespace, plan.name)
         except ApiException:
@@ -357,6 +505,26 @@ class PlanService:
                     self.events(plan, "Normal", Reason.READY, ready.message)
             return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready, stale=stale)
 
+    def check_readiness(self, plan: PlanBody) -> Outcome:
+        """The cycle's readiness check of an applied plan read from its cache (lock held)."""
+        old = plan.status
+        stale = old.get("observedGeneration") != plan.generation
+        if old.get("phase") != Phase.APPLIED:
+            phase = old.get("phase") or Phase.PLANNING.value
+            return Outcome(Phase(phase), str(old.get("message") or ""), stale=stale)
+        deployments, pods = [], []
+        if plan.deploy:
+            deployments = cluster.list_plan_deployments(self.kube, plan.namespace, plan.name)
+            pods = self._plan_pods(plan)
+        ready = readiness(deployments, pods, plan.label_key, plan.deploy)
+        generation = int(old.get("observedGeneration") or 0)
+        new = st.with_readiness(old, ready, generation, self.clock())
+        if self._write_status(plan, new):
+            log.info("%s: Ready=%s: %s", plan.ref, ready.ready, ready.message)
+            if ready.ready:
+                self.events(plan, "Normal", Reason.READY, ready.message)
+        return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready, stale=stale)
+
     # --- deletion ---------------------------------------------------------------------------
 
     def cleanup(self, obj: Mapping[str, Any]) -> Changes:
@@ -371,7 +539,7 @@ class PlanService:
         return changes
 
 
-def _previous(status: Mapping[str, Any]) -> Previous | None:
+def previous_of(status: Mapping[str, Any]) -> Previous | None:
     """Where the plan's instances are now, from its own status (a hand-edited one: start afresh)."""
     allocations = status.get("allocations")
     if not allocations:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from planner import PlanResult
+from planner import Admission, PlanResult, Shared
 
 
 class Phase(StrEnum):
@@ -51,6 +51,9 @@ class Reason(StrEnum):
     ALL_SCHEDULED = "AllScheduled"
     PENDING = "Pending"
     MISPLACED = "Misplaced"
+    PREEMPTED = "Preempted"  # not admitted: plans before it hold the cards it needs (named)
+    SHRUNK = "Shrunk"  # event: elastic requests gave cards to plans before it
+    GREW = "Grew"  # event: elastic requests took cards that came free
 
 
 OUR_KEYS = (
@@ -67,6 +70,10 @@ OUR_KEYS = (
     "conditions",
     "message",
     "warnings",
+    "cardsMax",
+    "admission",
+    "heldBy",
+    "elastic",
 )
 APPLIED_TEXT = "node labels, priority classes and outputs match the plan"
 DRY_RUN_TEXT = "dryRun is true: nothing was written"
@@ -307,3 +314,65 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
     ours_old = {k: v for k, v in old.items() if k in OUR_KEYS}
     ours_new = {k: v for k, v in new.items() if k in OUR_KEYS}
     return merge_diff(ours_old, ours_new) or None
+
+
+def shared_status(
+    old: Mapping[str, Any], applied: Mapping[str, Any], shared: Shared, now: str
+) -> dict[str, Any]:
+    """The status of a plan planned with the others: ``applied`` (what :func:`applied_status`
+    says of what was written) with its admission, its elastic requests and CARDS as placed/max.
+
+    A plan that is not admitted is ``Infeasible`` (condition reason ``Preempted`` naming the plans
+    that hold its cards, or ``NoRoom``/``TimedOut``) while the instances it keeps stay applied.
+    """
+    out = dict(applied)
+    placed = int(out.get("cardsPlaced") or 0)
+    out["cardsMax"] = shared.cards_max
+    out["cards"] = f"{placed}/{shared.cards_max}"
+    out["admission"] = shared.reason.value
+    below = [g.text for g in shared.grants if g.why is not None]
+    if shared.grants:
+        out["elastic"] = [g.to_json() for g in shared.grants]
+    if shared.admitted:
+        if below:
+            out["message"] = f"{out['message']}; {'; '.join(below)}"
+        return out
+    generation = int(out["observedGeneration"])
+    if shared.reason is Admission.PREEMPTED:
+        why = f"preempted: {', '.join(shared.holders)} (before it in the order) hold the cards it needs"
+    else:
+        why = shared.result.reason or "its minimum does not fit"
+    kept = sum(a.instances for a in shared.kept)
+    keeps = (
+        f"; the previous placement stays applied where no admitted plan needs its cards ({kept} instances)"
+        if kept
+        else ""
+    )
+    message = f"no deployable plan: {why}{keeps}"
+    if shared.holders:
+        out["heldBy"] = list(shared.holders)
+    if shared.result.conflicts:
+        out["conflicts"] = [c.to_json() for c in shared.result.conflicts]
+    prev = old.get("conditions")
+    conds = [c for c in out.get("conditions") or [] if c.get("type") != "Planned"]
+    planned = condition("Planned", False, shared.reason.value, message, generation, prev, now)
+    out["conditions"] = [planned, *conds]
+    out["phase"] = Phase.INFEASIBLE.value
+    out["message"] = message
+    return out
+
+
+def share_events(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """Events for what planning together changed: preempted, shrunk, grew (type, reason, text)."""
+    out: list[tuple[str, str, str]] = []
+    if new.get("admission") == Admission.PREEMPTED and old.get("admission") != Admission.PREEMPTED:
+        out.append(("Warning", Reason.PREEMPTED, str(new.get("message"))))
+        return out
+    if not old.get("applied") or "cardsPlaced" not in old:
+        return out
+    before, after = int(old.get("cardsPlaced") or 0), int(new.get("cardsPlaced") or 0)
+    if after < before:
+        out.append(("Normal", Reason.SHRUNK, f"{before} -> {after} cards: {new.get('message')}"))
+    elif after > before:
+        out.append(("Normal", Reason.GREW, f"{before} -> {after} cards: {new.get('message')}"))
+    return out

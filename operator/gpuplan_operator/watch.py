@@ -1,4 +1,4 @@
-"""Which cluster changes call for a re-plan, and a feed that debounces them.
+"""Pure: which cluster changes call for a re-plan, and how a node is planned while it is down.
 
 Notes
 -----
@@ -13,23 +13,15 @@ Node health is held to a grace period, as kube-controller-manager holds pods on 
 eviction). A node whose Ready condition has not been True for less than ``grace`` seconds is
 planned as if healthy: its lifecycle taints are dropped (:func:`planning_view`), so a flapping
 node neither triggers re-plans nor loses its instances. Once it has been down for ``grace`` it is
-planned as unschedulable and its instances move; :class:`NodeTracker` says when that moment comes
-(:meth:`NodeTracker.recheck_in`), since no node event marks it. A node with no Ready condition
-at all keeps its taints as they are (it is being set up).
-
-The :class:`ChangeFeed` is a version counter with the origin of each bump (``None`` for nodes,
-a plan's ``namespace/name`` when that plan's placement changed). Each plan's daemon waits for a
-version it has not seen, then for the burst to settle (``debounce`` quiet seconds, at most
-``max_delay``), and re-plans once; a burst caused only by the plan itself is skipped.
+planned as unschedulable and its instances move; the cycle
+(:mod:`.cycle.session`) runs again when that moment comes, since no node event marks it. A node
+with no Ready condition at all keeps its taints as they are (it is being set up).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -139,101 +131,3 @@ def topology_fingerprint(nrt: Mapping[str, Any]) -> Fingerprint:
         )
     )
     return (zones, attributes)
-
-
-class NodeTracker:
-    """Remembers each node's fingerprint; says whether an event changed anything that matters."""
-
-    def __init__(self, grace: float = NODE_GRACE) -> None:
-        self.grace = grace
-        self.fingerprints: dict[str, Fingerprint] = {}
-        self._nodes: dict[str, Mapping[str, Any]] = {}  # nodes that are down, within the grace
-
-    def observe(self, event_type: str | None, node: Mapping[str, Any], now: datetime | None = None) -> bool:
-        name = str((node.get("metadata") or {}).get("name"))
-        if event_type == "DELETED":
-            self._nodes.pop(name, None)
-            return self.fingerprints.pop(name, None) is not None
-        now = now or utcnow()
-        fp = node_fingerprint(node, now, self.grace)
-        before = self.fingerprints.get(name)
-        self.fingerprints[name] = fp
-        if down_since(node) is not None and not is_down(node, now, self.grace):
-            self._nodes[name] = node  # its grace runs out later, with no event to say so
-        else:
-            self._nodes.pop(name, None)
-        # the initial listing (type None) only learns the cluster: resume handlers plan it anyway
-        return event_type is not None and before != fp
-
-    def recheck_in(self, name: str, now: datetime | None = None) -> float | None:
-        """Seconds until a down node's grace runs out (then :meth:`recheck` it); None if not down."""
-        node = self._nodes.get(name)
-        since = down_since(node) if node is not None else None
-        if since is None:
-            return None
-        return max(0.0, self.grace - ((now or utcnow()) - since).total_seconds())
-
-    def recheck(self, name: str, now: datetime | None = None) -> bool:
-        """Did the node's grace run out since its last event (a change that matters)?"""
-        node = self._nodes.get(name)
-        return node is not None and self.observe("MODIFIED", node, now)
-
-
-class SpecTracker:
-    """The same for DRA ResourceSlices and NodeResourceTopologies: each object reduced to what
-    planning reads of it (``fingerprint``); only a changed fingerprint counts."""
-
-    def __init__(self, fingerprint: Callable[[Mapping[str, Any]], Fingerprint]) -> None:
-        self.fingerprint = fingerprint
-        self.fingerprints: dict[str, Fingerprint] = {}
-
-    def observe(self, event_type: str | None, obj: Mapping[str, Any]) -> bool:
-        name = str((obj.get("metadata") or {}).get("name"))
-        if event_type == "DELETED":
-            return self.fingerprints.pop(name, None) is not None
-        fp = self.fingerprint(obj)
-        before, self.fingerprints[name] = self.fingerprints.get(name), fp
-        return event_type is not None and before != fp
-
-
-class ChangeFeed:
-    """A version counter that plan daemons wait on. Bumped from the event loop's thread only."""
-
-    def __init__(self, history: int = 256) -> None:
-        self.version = 0
-        self._origins: deque[tuple[int, str | None]] = deque(maxlen=history)
-        self._changed = asyncio.Condition()
-        self._last_bump = time.monotonic()
-
-    async def bump(self, origin: str | None = None) -> None:
-        async with self._changed:
-            self.version += 1
-            self._origins.append((self.version, origin))
-            self._last_bump = time.monotonic()
-            self._changed.notify_all()
-
-    def origins_since(self, seen: int) -> set[str | None]:
-        """Who bumped after version ``seen``; ``None`` in the set also when history was lost."""
-        got = {o for v, o in self._origins if v > seen}
-        if self._origins and self._origins[0][0] > seen + 1:
-            got.add(None)
-        return got
-
-    async def wait_beyond(self, seen: int, timeout: float) -> bool:
-        """Wait until the version passes ``seen``; False on timeout."""
-        async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait_for(lambda: self.version > seen), timeout)
-            except TimeoutError:
-                return False
-            return True
-
-    async def settle(self, debounce: float, max_delay: float) -> int:
-        """Wait for a quiet spell of ``debounce`` seconds (at most ``max_delay``); the version then."""
-        deadline = time.monotonic() + max_delay
-        while True:
-            now = time.monotonic()
-            quiet_at = self._last_bump + debounce
-            if now >= quiet_at or now >= deadline:
-                return self.version
-            await asyncio.sleep(min(quiet_at, deadline) - now)

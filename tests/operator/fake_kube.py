@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -73,6 +73,9 @@ class FakeKube(RestVerbs):
         return [o for (c, _), o in sorted(self.objects.items()) if c == collection]
 
     # -- the Kube interface -----------------------------------------------------------------
+
+    def stream(self, path: str, query: Mapping[str, Any], read_timeout: float) -> Iterator[dict[str, Any]]:
+        return no_events(path, query, read_timeout)
 
     def _split(self, path: str) -> tuple[str, str | None, str | None]:
         sub = None
@@ -153,3 +156,8 @@ class FakeKube(RestVerbs):
             _merge(current, body)
         current["metadata"]["resourceVersion"] = str(next(_rv))
         return copy.deepcopy(current)
+
+
+def no_events(path: str, query: Mapping[str, Any], read_timeout: float) -> Iterator[dict[str, Any]]:
+    """The watch stream of a fake server that never changes on its own (tests re-list instead)."""
+    return iter(())

@@ -16,6 +16,7 @@ from planner.base.vocab import GROUP, KIND, PLURAL, VERSION
 from planner.model.catalog import BUILTIN_OPERATORS
 from planner.model.spec import ResourceKind
 from planner.read.parse import parse_spec
+from planner.share.outcome import Admission, BelowMax
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "gpuallocationplans.yaml"
 
@@ -43,6 +44,7 @@ def test_printer_columns() -> None:
     cols = {c["name"]: c["jsonPath"] for c in version()["additionalPrinterColumns"] if not c.get("priority")}
     assert cols == {
         "Phase": ".status.phase",
+        "Priority": ".spec.priority",
         "Score": ".status.score",
         "Cards": ".status.cards",
         "Optimal": ".status.optimal",
@@ -88,6 +90,23 @@ def test_the_enums_are_the_codes_tables() -> None:
     assert key_strategy["enum"] == [s.value for s in KEY_STRATEGIES]
     assert spec["scoring"]["enum"] == list(SCORINGS)
     assert spec["resources"]["items"]["properties"]["kind"]["enum"] == [k.value for k in ResourceKind]
+
+
+def test_admission_and_below_max_reasons_are_the_planners() -> None:
+    """What status may say of a plan planned with others is exactly what the planner answers."""
+    status = version()["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["admission"]["enum"] == [a.value for a in Admission]
+    assert status["elastic"]["items"]["properties"]["reason"]["enum"] == [b.value for b in BelowMax]
+
+
+def test_priority_is_bounded_and_defaults_as_the_parser() -> None:
+    spec = version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert (spec["priority"]["minimum"], spec["priority"]["maximum"], spec["priority"]["default"]) == (
+        0,
+        1000,
+        0,
+    )
+    assert parse_spec({"requests": {}}, name="p", namespace="ns").priority == spec["priority"]["default"]
 
 
 def test_every_property_is_described_for_kubectl_explain() -> None:

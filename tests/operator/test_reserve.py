@@ -112,3 +112,21 @@ def test_zones_reserved_by_others_skip_the_plan_itself() -> None:
         "n1": {"node-0": {"nvidia.com/gpu": 2}}
     }
     assert reserve.own_zones(me["status"]) == zones
+
+
+def test_pods_of_a_plan_that_is_gone_hold_their_cards_until_they_go() -> None:
+    live = bodies(plan("a"))
+    mine = pod(
+        "a-0", "n0", 4, labels={"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": "a"}
+    )
+    mine["metadata"]["namespace"] = "ns"
+    left = pod(
+        "b-0", "n0", 4, labels={"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": "b"}
+    )
+    left["metadata"]["namespace"] = "ns"
+    doc = {"items": [mine, left]}
+    owners = reserve.plan_owners(live)
+    assert [
+        p["metadata"]["name"] for p in reserve.foreign_pods(doc, reserve.plan_keys(live), owners)["items"]
+    ] == ["b-0"]
+    assert reserve.orphans(doc, owners) == frozenset({("ns", "b-0")})

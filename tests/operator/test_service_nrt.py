@@ -14,7 +14,7 @@ NRTS = "apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
 TEMPLATES = "apis/resource.k8s.io/v1/namespaces/ns/resourceclaimtemplates"
 DEPLOYS = "apis/apps/v1/namespaces/ns/deployments"
 RESOURCES = [{"name": "P4", "nodeSelector": {"gpuplan.ragnaros.io/gpu-type": "P4"}}]
-MANAGED = {"app.kubernetes.io/managed-by": "gpuplan"}
+MANAGED = {"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": "p"}
 
 
 def numa_cluster(zones: dict[str, list[tuple[int, int]]], cpu: int = 16) -> FakeKube:
@@ -74,7 +74,9 @@ def test_its_own_running_pods_in_a_zone_do_not_move_it() -> None:
     svc.reconcile("ns", "p")
     zone = next(iter(status(kube)["applied"]["zones"]["n0"]))
     # its pod runs: the topology updater now shows the zone full, and the pod is the plan's own
-    kube.put("api/v1/namespaces/ns/pods", pod("p-0", "n0", 4, labels=MANAGED))
+    own = pod("p-0", "n0", 4, labels=MANAGED)
+    own["metadata"]["namespace"] = "ns"
+    kube.put("api/v1/namespaces/ns/pods", own)
     index = int(zone.split("-")[1])
     zones = [(4, 4), (4, 4)]
     zones[index] = (4, 0)

@@ -1,17 +1,16 @@
-"""watch.py: which node changes call for a re-plan, and the debounced feed."""
+"""watch.py and the caches' stores: which changes call for a re-plan, and a node's grace."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from gpuplan_operator.cache import trim
+from gpuplan_operator.cache.caches import _node_fp
+from gpuplan_operator.cache.store import Store
 from gpuplan_operator.watch import (
-    ChangeFeed,
-    NodeTracker,
-    SpecTracker,
     node_fingerprint,
     planning_view,
     slice_fingerprint,
@@ -35,39 +34,6 @@ def test_our_own_label_writes_do_not_change_the_fingerprint() -> None:
     after["metadata"]["labels"]["gpuplan.ragnaros.io/ns.plan"] = "a"
     after["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "now"}]
     assert node_fingerprint(before) == node_fingerprint(after)
-
-
-def test_tracker_reports_what_matters() -> None:
-    t = NodeTracker()
-    a = node("a")
-    assert not t.observe(None, a), "the initial listing only learns"
-    assert not t.observe("MODIFIED", copy.deepcopy(a)), "a heartbeat is not a change"
-    cordoned = node("a", unschedulable=True)
-    assert t.observe("MODIFIED", cordoned)
-    bigger = node("a", cards=16, unschedulable=True)
-    assert t.observe("MODIFIED", bigger)
-    relabelled = copy.deepcopy(bigger)
-    relabelled["metadata"]["labels"]["gpuplan.ragnaros.io/gpu-type"] = "T4"
-    assert t.observe("MODIFIED", relabelled)
-    assert t.observe("ADDED", node("b"))
-    assert t.observe("DELETED", node("b"))
-    assert not t.observe("DELETED", node("never-seen"))
-
-
-def test_feed_wakes_waiters_and_settles_a_burst() -> None:
-    async def scenario() -> tuple[bool, bool, int, set[str | None]]:
-        feed = ChangeFeed()
-        timed_out = await feed.wait_beyond(0, timeout=0.01)
-        waiter = asyncio.create_task(feed.wait_beyond(0, timeout=5))
-        await feed.bump(None)
-        await feed.bump("ns/a")
-        woke = await waiter
-        version = await feed.settle(debounce=0.05, max_delay=1)
-        return timed_out, woke, version, feed.origins_since(0)
-
-    timed_out, woke, version, origins = asyncio.run(scenario())
-    assert timed_out is False and woke is True
-    assert version == 2 and origins == {None, "ns/a"}
 
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -110,44 +76,54 @@ def test_node_health_has_a_grace_period(
     assert planned(n, seconds) == (unschedulable, taints)
 
 
-def test_a_flapping_node_changes_no_fingerprint_and_a_dead_one_does_once_its_grace_ends() -> None:
-    t = NodeTracker(grace=60)
-    assert not t.observe(None, with_health("True"), T0)
-    for i in range(1, 30):  # a minute of flapping, each flip a node event with a new taint state
-        flap = (
-            with_health("False", T0 + timedelta(seconds=2 * i), NOT_READY) if i % 2 else with_health("True")
-        )
-        assert not t.observe("MODIFIED", flap, T0 + timedelta(seconds=2 * i)), f"flip {i} re-planned"
-    dead = with_health("False", T0 + timedelta(seconds=100), NOT_READY)
-    assert not t.observe("MODIFIED", dead, T0 + timedelta(seconds=100))
-    assert t.recheck_in("a", T0 + timedelta(seconds=130)) == pytest.approx(30)
-    assert not t.recheck("a", T0 + timedelta(seconds=130)), "still within its grace"
-    assert t.recheck("a", T0 + timedelta(seconds=160)), "down for the whole grace: re-plan"
-    assert t.recheck_in("a") is None and not t.recheck("a"), "once is enough"
-
-
 def test_a_topology_matters_through_its_zones_sizes_not_what_is_available() -> None:
-    t = SpecTracker(topology_fingerprint)
+    t = Store("noderesourcetopologies", trim.whole, topology_fingerprint)
     before = nrt("n0", [(4, 4), (4, 4)])
-    assert not t.observe(None, before)
+    assert not t.replace([before])
     busier = nrt("n0", [(4, 1), (4, 4)])  # a pod started: only `available` moved
-    assert not t.observe("MODIFIED", busier), "pods coming and going are read at the next re-plan"
+    assert not t.apply("MODIFIED", busier), "pods coming and going are read at the next re-plan"
     smaller = nrt("n0", [(4, 1), (2, 2)])
-    assert t.observe("MODIFIED", smaller), "a zone lost cards"
+    assert t.apply("MODIFIED", smaller), "a zone lost cards"
     strict = nrt("n0", [(4, 1), (2, 2)], policy="single-numa-node")
-    assert t.observe("MODIFIED", strict), "the kubelet's policy changed"
-    assert t.observe("DELETED", strict)
+    assert t.apply("MODIFIED", strict), "the kubelet's policy changed"
+    assert t.apply("DELETED", strict)
 
 
 def test_a_slice_matters_through_its_devices() -> None:
-    t = SpecTracker(slice_fingerprint)
+    t = Store("resourceslices", trim.whole, slice_fingerprint)
     one: dict[str, Any] = {
         "metadata": {"name": "s"},
         "spec": {"nodeName": "n0", "devices": [{"name": "gpu-0"}]},
     }
-    assert not t.observe(None, one)
-    assert not t.observe("MODIFIED", copy.deepcopy(one) | {"metadata": {"name": "s", "resourceVersion": "2"}})
+    assert not t.replace([one])
+    assert not t.apply("MODIFIED", copy.deepcopy(one) | {"metadata": {"name": "s", "resourceVersion": "2"}})
     two = copy.deepcopy(one)
     two["spec"]["devices"].append({"name": "gpu-1"})
-    assert t.observe("MODIFIED", two), "a device came"
-    assert t.observe("DELETED", two) and not t.observe("DELETED", two)
+    assert t.apply("MODIFIED", two), "a device came"
+    assert t.apply("DELETED", two) and not t.apply("DELETED", two)
+
+
+def test_a_node_store_reports_what_matters() -> None:
+    t = Store("nodes", trim.node, _node_fp)
+    a = node("a")
+    assert not t.replace([a]), "the initial listing only learns"
+    assert not t.apply("MODIFIED", copy.deepcopy(a)), "a heartbeat is not a change"
+    assert t.apply("MODIFIED", node("a", unschedulable=True))
+    assert t.apply("MODIFIED", node("a", cards=16, unschedulable=True))
+    relabelled = node("a", cards=16, unschedulable=True)
+    relabelled["metadata"]["labels"]["gpuplan.ragnaros.io/gpu-type"] = "T4"
+    assert t.apply("MODIFIED", relabelled)
+    assert t.apply("ADDED", node("b"))
+    assert t.apply("DELETED", node("b"))
+    assert not t.apply("DELETED", node("never-seen"))
+
+
+def test_a_flapping_node_changes_nothing_the_store_reports() -> None:
+    """Health is the cycle's, at its own time: a minute of flapping is not one change."""
+    t = Store("nodes", trim.node, _node_fp)
+    t.replace([with_health("True")])
+    for i in range(1, 30):
+        flap = (
+            with_health("False", T0 + timedelta(seconds=2 * i), NOT_READY) if i % 2 else with_health("True")
+        )
+        assert not t.apply("MODIFIED", flap), f"flip {i} re-planned"

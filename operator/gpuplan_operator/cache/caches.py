@@ -1,0 +1,173 @@
+"""Every kind planning reads, each in a watched store: one :class:`ClusterCache` per operator.
+
+Notes
+-----
+``read()`` is the cycle's snapshot: the same :class:`~gpuplan_operator.cluster.ClusterRead` that
+listing everything used to give, taken from the stores in one pass with no request. What the
+cycle writes itself (a plan's status) is put into the plans' store at once
+(:meth:`ClusterCache.assume_plan`), so the next plan of the same cycle plans around it.
+
+``on_change(kind, matters)`` is called from the informers' threads on every change; the caller
+hands it to the event loop. :meth:`ClusterCache.health` says which watch has been quiet longer
+than it may (a silent stream is re-opened by its informer; this is the check that it was).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from gpuplan_operator.body import PlanBody
+from gpuplan_operator.cache import trim
+from gpuplan_operator.cache.informer import RESYNC, SILENCE, WATCH_SECONDS, Informer, Watcher
+from gpuplan_operator.cache.store import Store
+from gpuplan_operator.cluster import DRA_API, NRT_API, PLAN_API, ClusterRead
+from gpuplan_operator.kube import path_for
+from gpuplan_operator.watch import node_fingerprint, slice_fingerprint, topology_fingerprint
+from planner import PLURAL
+
+NODES, PODS, SLICES, CLAIMS, TOPOLOGIES, PLANS = (
+    "nodes",
+    "pods",
+    "resourceslices",
+    "resourceclaims",
+    "noderesourcetopologies",
+    "plans",
+)
+PLANNING_KINDS = frozenset({NODES, SLICES, TOPOLOGIES})  # a change that matters re-plans
+
+
+def _pod_fingerprint(pod: Mapping[str, Any]) -> Any:
+    """What readiness and the cards held look at: node, phase, being deleted, the template."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    return ((pod.get("spec") or {}).get("nodeName"), status.get("phase"), bool(meta.get("deletionTimestamp")))
+
+
+def _plan_fingerprint(plan: Mapping[str, Any]) -> Any:
+    """A plan matters to the cycle when its spec (generation) changes, it goes, or it is deleted."""
+    meta = plan.get("metadata") or {}
+    return (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")))
+
+
+def _plan(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan without managed fields and kopf's copy of its last spec (the largest annotation)."""
+    out = trim.whole(obj)
+    notes = dict(out["metadata"].get("annotations") or {})
+    for k in [k for k in notes if k.endswith("last-handled-configuration")]:
+        del notes[k]
+    out["metadata"] = {**out["metadata"], "annotations": notes}
+    out.setdefault("apiVersion", PLAN_API)
+    return out
+
+
+def _node_fp(node: Mapping[str, Any]) -> Any:
+    return node_fingerprint(node, grace=float("inf"))  # health is the cycle's business, at its time
+
+
+class ClusterCache:
+    """Nodes, pods, DRA slices and claims, NUMA topologies and plans, each kept by a watch."""
+
+    def __init__(
+        self,
+        api: Watcher,
+        on_change: Callable[[str, bool], None],
+        resync: float = RESYNC,
+        silence: float = SILENCE,
+    ) -> None:
+        self.nodes = Store(NODES, trim.node, _node_fp)
+        self.pods = Store(PODS, trim.pod, _pod_fingerprint, keep=trim.pod_kept)
+        self.slices = Store(SLICES, trim.whole, slice_fingerprint)
+        self.claims = Store(CLAIMS, trim.whole)
+        self.topologies = Store(TOPOLOGIES, trim.whole, topology_fingerprint)
+        self.plans = Store(PLANS, _plan, _plan_fingerprint)
+        paths = {
+            NODES: path_for("v1", "nodes"),
+            PODS: path_for("v1", "pods"),
+            SLICES: path_for(DRA_API, "resourceslices"),
+            CLAIMS: path_for(DRA_API, "resourceclaims"),
+            TOPOLOGIES: path_for(NRT_API, "noderesourcetopologies"),
+            PLANS: path_for(PLAN_API, PLURAL),
+        }
+
+        def told(store: Store, matters: bool) -> None:
+            on_change(store.kind, matters)
+
+        self.informers = [
+            Informer(api, paths[s.kind], s, told, resync, silence)
+            for s in (self.nodes, self.pods, self.slices, self.claims, self.topologies, self.plans)
+        ]
+
+    @property
+    def stores(self) -> list[Store]:
+        return [i.store for i in self.informers]
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+
+    def close(self) -> None:
+        for informer in self.informers:
+            informer.close()
+
+    def synced(self) -> bool:
+        """Has every kind been listed once (the first cycle waits for this)?"""
+        return all(s.synced for s in self.stores)
+
+    def health(self, limit: float = SILENCE + WATCH_SECONDS) -> dict[str, float]:
+        """Kinds whose watch has said nothing for longer than ``limit`` seconds, and how long."""
+        return {
+            i.store.kind: round(i.silent_for(), 1)
+            for i in self.informers
+            if i.store.served and i.silent_for() > limit
+        }
+
+    def assume_plan(self, obj: Mapping[str, Any]) -> None:
+        self.plans.assume(obj)
+
+    def plan(self, namespace: str, name: str) -> PlanBody | None:
+        obj = self.plans.get(f"{namespace}/{name}")
+        return PlanBody.from_object(obj) if obj is not None else None
+
+    def read(self) -> ClusterRead:
+        """Everything planning reads, as it is now, without a request."""
+
+        def doc(items: Iterable[dict[str, Any]]) -> dict[str, Any]:
+            return {"apiVersion": "v1", "kind": "List", "items": list(items)}
+
+        bound = [p for p in self.pods.items() if (p.get("spec") or {}).get("nodeName")]
+        return ClusterRead(
+            plans=[PlanBody.from_object(p) for p in self.plans.items()],
+            nodes=doc(self.nodes.items()),
+            pods=doc(bound),
+            slices=doc(self.slices.items()) if self.slices.served else None,
+            claims=doc(self.claims.items()) if self.slices.served and self.claims.served else None,
+            topologies=doc(self.topologies.items()) if self.topologies.served else None,
+        )
+
+    def plan_pods(self, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The pods carrying every one of ``labels`` (a plan's, for readiness)."""
+        out = []
+        for pod in self.pods.items():
+            have = (pod.get("metadata") or {}).get("labels") or {}
+            if all(have.get(k) == v for k, v in labels.items()):
+                out.append(pod)
+        return out
+
+    def sizes(self) -> dict[str, int]:
+        return {s.kind: len(s) for s in self.stores}
+
+
+def deep_size(obj: Any, seen: set[int] | None = None) -> int:
+    """Bytes held by a cached object graph (dicts, lists and their strings), each counted once."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        size += sum(deep_size(k, seen) + deep_size(v, seen) for k, v in obj.items())
+    elif isinstance(obj, list | tuple):
+        size += sum(deep_size(v, seen) for v in obj)
+    return size

@@ -1,0 +1,161 @@
+"""List once, then watch: one kind of object kept in a :class:`~.store.Store`, in its own thread.
+
+Notes
+-----
+The loop is client-go's reflector, reduced to what the operator needs:
+
+1. List the kind (one request), fill the store, remember the list's ``resourceVersion``.
+2. Watch from there with ``allowWatchBookmarks``; the API server ends each watch after
+   ``WATCH_SECONDS`` and the loop re-opens it from the last version seen, so nothing is missed.
+3. A watch that says nothing for ``silence`` seconds is dead, whatever the socket thinks (a
+   proxy or a load balancer that keeps a stream open and forwards nothing): it is dropped and
+   re-opened from the last version. The API server closes every healthy watch well before that.
+4. ``410 Gone`` (the version is too old to resume from) goes back to 1; so does the periodic
+   ``resync``, which repairs anything a bug or a lost event left wrong (the re-list reports the
+   difference as a change).
+5. A failed request waits with backoff and tries again; the thread never ends before ``stop``.
+
+Kinds the cluster does not serve (no DRA, no NodeResourceTopology CRD) answer 404: the store is
+marked not served and looked at again each resync. Every change is reported to ``on_change``
+with whether it matters to planning; the caller wakes the cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
+
+from kubernetes.client.exceptions import ApiException
+
+from gpuplan_operator.cache.store import Store
+from gpuplan_operator.kube import JSON, WatchSilent, api_error_message
+
+log = logging.getLogger("gpuplan_operator")
+
+WATCH_SECONDS = 10  # the API server ends each watch after this long; it is re-opened at once
+SILENCE = 15.0  # a watch that says nothing this long is dead (a healthy one ends after WATCH_SECONDS)
+RESYNC = 300.0  # list everything again this often
+RETRY_FIRST = 0.5
+RETRY_MAX = 10.0
+
+
+class Watcher(Protocol):
+    """What an informer asks of the API server: a listing and a stream of watch events."""
+
+    def get(self, path: str, **query: Any) -> JSON: ...
+
+    def stream(self, path: str, query: Mapping[str, Any], read_timeout: float) -> Iterator[JSON]: ...
+
+
+class Expired(Exception):
+    """The watch's resourceVersion is too old (410 Gone): list again."""
+
+
+class Informer:
+    """Keeps ``store`` equal to the API server's ``path`` (a collection) until stopped."""
+
+    def __init__(
+        self,
+        api: Watcher,
+        path: str,
+        store: Store,
+        on_change: Callable[[Store, bool], None],
+        resync: float = RESYNC,
+        silence: float = SILENCE,
+        query: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.api = api
+        self.path = path
+        self.store = store
+        self.on_change = on_change
+        self.resync = resync
+        self.silence = silence
+        self.query = dict(query or {})
+        self.stop = threading.Event()
+        self.last_heard = time.monotonic()  # the last answer of any kind (list, event, bookmark)
+        self.silent_watches = 0
+        self.relists = 0
+        self.failures = 0
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self.run, name=f"gpuplan-watch-{self.store.kind}", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                version = self._list()
+                if version is None:  # not served: look again later
+                    self.stop.wait(self.resync)
+                    continue
+                failures = 0
+                until = time.monotonic() + self.resync
+                while not self.stop.is_set() and time.monotonic() < until:
+                    version = self._watch(version)
+            except Expired:
+                log.info("%s: watch expired, listing again", self.store.kind)
+            except Exception as e:  # the API server away or refusing: back off, then list again
+                failures += 1
+                self.failures += 1
+                error = api_error_message(e) if isinstance(e, ApiException) else repr(e)
+                delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (failures - 1))
+                log.warning("%s: list/watch failed (%s); again in %.1fs", self.store.kind, error, delay)
+                self.stop.wait(delay)
+
+    def _list(self) -> str | None:
+        try:
+            doc = self.api.get(self.path, **self.query)
+        except ApiException as e:
+            if e.status == 404:
+                self.store.served = False
+                self.store.replace([])
+                return None
+            raise
+        self.last_heard = time.monotonic()
+        self.relists += 1
+        self.store.served = True
+        matters = self.store.replace(doc.get("items") or [])
+        self.on_change(self.store, matters)
+        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch(self, version: str) -> str:
+        """One watch from ``version``; the last version seen when it ends."""
+        query = {
+            **self.query,
+            "watch": "true",
+            "resourceVersion": version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": WATCH_SECONDS,
+        }
+        try:
+            for event in self.api.stream(self.path, query, self.silence):
+                self.last_heard = time.monotonic()
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Expired
+                    raise ApiException(status=int(obj.get("code") or 0), reason=str(obj.get("message")))
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if kind == "BOOKMARK":
+                    continue
+                matters = self.store.apply(str(kind), obj)
+                self.on_change(self.store, matters)
+                if self.stop.is_set():
+                    break
+        except WatchSilent:
+            self.silent_watches += 1
+            log.warning("%s: watch silent for %.0fs, re-opened", self.store.kind, self.silence)
+        return version
+
+    def silent_for(self) -> float:
+        """Seconds since the API server last said anything on this kind."""
+        return time.monotonic() - self.last_heard

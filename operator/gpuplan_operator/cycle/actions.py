@@ -1,0 +1,231 @@
+"""The cycle's actions: allocate every plan together, then hand cards over in a safe order.
+
+Notes
+-----
+*Allocate* (kube-batch's ``allocate`` and ``preempt`` in one proven step) builds one snapshot of
+the cluster with no participating plan's cards counted, and asks :func:`planner.plan_together`
+for every plan at once: admission by priority, growth of elastic requests by priority, score,
+fewest moves. Plans that do not take part keep what they hold: a plan whose spec is invalid, a
+dry run, a plan being deleted. Their applied cards are reserved in the snapshot.
+
+*Hand over*: each plan's result is rendered and its writes computed (pure, :mod:`..writes`)
+first; a plan whose status already says its answer is left alone. Then every plan's
+Deployments that leave go, for all plans, before any plan writes the rest: cards passing from
+one plan to another are released before the instances that take them are created, so no node
+is asked for more cards than it has. Then labels, classes, the ConfigMap, claim templates and
+Deployments, plans side by side, and the statuses in :func:`release_order`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from gpuplan_operator import reserve
+from gpuplan_operator.body import PlanBody
+from gpuplan_operator.cluster import ClusterRead
+from gpuplan_operator.cycle.order import created
+from gpuplan_operator.service import Outcome, PlanService, Prepared, previous_of
+from gpuplan_operator.status import Phase
+from planner import Desired, PlanSpec, Shared, Snapshot, plan_together, snapshot
+
+PARALLEL_READS = 8  # plans whose objects are read at once (the connection pool's size)
+PARALLEL_PLANS = 3  # plans written at once (each sends up to 8 writes at a time itself)
+
+
+@dataclass(frozen=True)
+class Taking:
+    """One plan taking part in the allocation."""
+
+    plan: PlanBody
+    spec: PlanSpec
+
+
+def joint_snapshot(
+    read: ClusterRead, nodes: Sequence[Mapping[str, Any]], taking: Sequence[Taking]
+) -> Snapshot:
+    """The cluster's free cards with no participating plan's instances counted; what the plans
+    that do not take part hold is reserved. Raises ``InvalidInput`` (e.g. no nodes at all)."""
+    inside = {t.plan.uid for t in taking}
+    outside = [p for p in read.plans if p.uid not in inside]
+    return snapshot(
+        {**read.nodes, "items": list(nodes)},
+        reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), reserve.plan_owners(read.plans)),
+        reserve.reserved_by_others(outside, ""),
+        slices_doc=read.slices,
+        claims_doc=reserve.foreign_claims(read.claims),
+        reserved_devices=reserve.devices_reserved_by_others(outside, ""),
+        topology_doc=read.topologies,
+        own_zones=reserve.zones_reserved_by_others([t.plan for t in taking], ""),
+        reserved_zones=reserve.zones_reserved_by_others(outside, ""),
+    )
+
+
+def allocate(service: PlanService, taking: Sequence[Taking], snap: Snapshot) -> list[Shared]:
+    """Every taking plan's answer, in the order of ``taking``."""
+    oldest = sorted(range(len(taking)), key=lambda i: (created(taking[i].plan), taking[i].plan.ref))
+    started = time.perf_counter()
+    answers = plan_together(
+        [taking[i].spec for i in oldest],
+        snap,
+        [previous_of(taking[i].plan.status) for i in oldest],
+        seconds=service.options.plan_seconds,
+        polish_seconds=service.options.polish_seconds,
+    )
+    took = time.perf_counter() - started
+    out: list[Shared | None] = [None] * len(taking)
+    for i, answer in zip(oldest, answers, strict=True):
+        out[i] = answer
+        service.metrics.planned(took / max(1, len(taking)), answer.result)
+    return [a for a in out if a is not None]
+
+
+def unchanged(plan: PlanBody, answer: Shared) -> bool:
+    """Does the plan's status already say exactly this answer, for its current spec? Then the
+    cluster holds it (the apply that wrote that status wrote the rest first) and nothing is read
+    or written for it. A plan the operator has not applied since it started is always checked
+    against the cluster (``verify``): a crash may have come between its writes and its status."""
+    status = plan.status
+    if status.get("observedGeneration") != plan.generation or status.get("admission") != answer.reason.value:
+        return False
+    if status.get("phase") != (Phase.APPLIED if answer.admitted else Phase.INFEASIBLE):
+        return False
+    doc = applied_result(answer).to_json()
+    same = all(status.get(k) == doc[k] for k in ("allocations", "score", "optimal"))
+    return same and (status.get("elastic") or []) == [g.to_json() for g in answer.grants]
+
+
+def applied_result(answer: Shared) -> Any:
+    """What is written for a plan: its placement when admitted, else the instances it keeps."""
+    if answer.admitted:
+        return answer.result
+    return replace(answer.result, feasible=True, allocations=answer.kept, conflicts=(), partial=())
+
+
+def hand_over(
+    service: PlanService,
+    taking: Sequence[Taking],
+    answers: Sequence[Shared],
+    nodes: list[dict[str, Any]],
+    read: ClusterRead,
+    verify: Collection[str] = (),
+) -> dict[str, Outcome]:
+    """Render, compute every plan's writes, perform the ones that free cards for all plans first,
+    then the rest of every plan's (side by side), then the statuses in :func:`release_order`;
+    each plan's outcome by uid."""
+    outcomes: dict[str, Outcome] = {}
+    rendered = []
+    for t, answer in zip(taking, answers, strict=True):
+        if not answer.admitted and len(taking) == 1:  # alone: nobody needs its cards, it keeps all
+            outcomes[t.plan.uid] = service.not_planned(t.plan, answer.result)
+            continue
+        if t.plan.uid not in verify and unchanged(t.plan, answer):
+            outcomes[t.plan.uid] = Outcome(Phase(t.plan.status["phase"]), str(t.plan.status.get("message")))
+            continue
+        result = applied_result(answer)
+        desired = service.render(t.plan, t.spec, result)
+        if isinstance(desired, Outcome):
+            outcomes[t.plan.uid] = desired
+            continue
+        rendered.append((t, answer, result, desired))
+    wanted = {pc["metadata"]["name"] for *_, d in rendered for pc in d.priority_classes}
+    written = {t.plan.uid for t, *_ in rendered}  # the others keep the classes their status lists
+    in_use = wanted | reserve.priority_classes_in_use([p for p in read.plans if p.uid not in written], "")
+    prepared: list[Prepared] = []
+
+    def prepare(item: tuple[Taking, Shared, Any, Desired]) -> Prepared | Outcome:
+        t, answer, result, desired = item
+        return service.prepare(t.plan, t.spec, result, nodes, in_use, desired, shared=answer)
+
+    with ThreadPoolExecutor(max_workers=PARALLEL_READS, thread_name_prefix="gpuplan-read") as pool:
+        for (t, *_), got in zip(rendered, pool.map(prepare, rendered), strict=True):
+            if isinstance(got, Outcome):
+                outcomes[t.plan.uid] = got
+            else:
+                prepared.append(got)
+    for p in prepared:
+        if (failed := service.hand_over(p)) is not None:
+            outcomes[p.plan.uid] = failed
+    with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-apply") as pool:
+        for p, failed in zip(prepared, pool.map(service.write_rest, prepared), strict=True):
+            if failed is not None:
+                outcomes[p.plan.uid] = failed
+    for step, p in release_order(prepared):
+        if p.plan.uid in outcomes:
+            continue
+        if step is Step.RELEASE:
+            service.release(p, released(p))
+        else:
+            outcomes[p.plan.uid] = service.complete(p)
+    return outcomes
+
+
+def _delta(prepared: Prepared) -> dict[tuple[str, str], int]:
+    """(node, resource) -> units the plan takes (> 0) or gives up (< 0) there."""
+    names = {r.name: r.resource_name for r in prepared.spec.resources}
+    new = reserve.applied_units(prepared.result.allocations, names, dict(prepared.result.pod_cpu))
+    old = (prepared.plan.status.get("applied") or {}).get("units") or {}
+    out: dict[tuple[str, str], int] = {}
+    for node in set(new) | set(old):
+        for r in set(new.get(node) or {}) | set(old.get(node) or {}):
+            d = int((new.get(node) or {}).get(r, 0)) - int((old.get(node) or {}).get(r, 0))
+            if d:
+                out[(node, r)] = d
+    return out
+
+
+class Step(Enum):
+    RELEASE = "release"  # write that the plan holds only what it keeps (min of before and after)
+    COMPLETE = "complete"  # the plan's remaining writes and its status
+
+
+def released(prepared: Prepared) -> dict[str, dict[str, int]]:
+    """Per node, the units the plan holds between giving some up and taking others: the least of
+    before and after (its leaving instances are gone, its new ones not written yet)."""
+    names = {r.name: r.resource_name for r in prepared.spec.resources}
+    new = reserve.applied_units(prepared.result.allocations, names, dict(prepared.result.pod_cpu))
+    old = (prepared.plan.status.get("applied") or {}).get("units") or {}
+    out: dict[str, dict[str, int]] = {}
+    for node in sorted(set(new) & set(old)):
+        kept = {
+            r: min(int(n), int((new.get(node) or {}).get(r, 0)))
+            for r, n in sorted((old.get(node) or {}).items())
+            if r in (new.get(node) or {})
+        }
+        if any(kept.values()):
+            out[node] = {r: n for r, n in kept.items() if n}
+    return out
+
+
+def release_order(prepared: Sequence[Prepared]) -> list[tuple[Step, Prepared]]:
+    """The order statuses are written in: a plan that gives units up on a node says so before any
+    plan that takes units there, so that at every moment the plans' ``applied`` units, read
+    together, fit the nodes (what the Deployments' order does for the pods). Plans that wait on
+    each other in a ring (two plans swapping nodes) are broken open: one of them first writes
+    only what it keeps (:data:`Step.RELEASE`), which is true once its leaving Deployments are
+    gone, and its whole status after the others."""
+    deltas = [_delta(p) for p in prepared]
+    frees: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d < 0} for di in deltas]
+    takes: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d > 0} for di in deltas]
+    out: list[tuple[Step, Prepared]] = []
+    done: set[int] = set()
+    freed: set[int] = set()  # plans whose releases are written (done, or released)
+    while len(done) < len(prepared):
+        waiting = [j for j in range(len(prepared)) if j not in done]
+        ready = [
+            j for j in waiting if not any(i not in freed and i != j and frees[i] & takes[j] for i in waiting)
+        ]
+        if ready:
+            j = ready[0]
+            done.add(j)
+            freed.add(j)
+            out.append((Step.COMPLETE, prepared[j]))
+            continue
+        j = next(j for j in waiting if j not in freed)
+        freed.add(j)
+        out.append((Step.RELEASE, prepared[j]))
+    return out

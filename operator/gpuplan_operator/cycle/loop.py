@@ -1,0 +1,115 @@
+"""When the cycle runs: changes from the watches, settled, and the cycle's own timers.
+
+Notes
+-----
+The informers report every change from their threads (:meth:`Wake.poke`); only some call for a
+cycle, and not all at once:
+
+- a node, ResourceSlice or NodeResourceTopology change that matters to planning waits for the
+  burst to settle (``debounce`` quiet seconds, at most ``max_delay`` after its first change), so a
+  rack going down is one re-plan, not fifty;
+- a plan created, changed or deleted runs a cycle almost at once (a short coalescing window lets
+  one ``kubectl apply`` of several plans be one cycle);
+- a pod of a plan changing runs a cycle at once too, which only re-checks readiness.
+
+A cycle that moved a plan runs another right after, for the plans before it in the order (the
+ones after it were already planned around it). Otherwise the next cycle comes when the last one
+asked (:attr:`~.session.Report.wake_in`: a node's grace running out, a retry, pods pending) or
+after ``resync`` seconds. Cycles run one at a time, in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from gpuplan_operator.cache.caches import CLAIMS, PLANNING_KINDS
+from gpuplan_operator.cycle.session import Cycle
+from gpuplan_operator.follow import backoff
+
+log = logging.getLogger("gpuplan_operator")
+
+COALESCE = 0.1  # seconds a plan or pod change waits for others of the same moment
+
+
+class Wake:
+    """What happened since the last cycle, and when the next one may start."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, debounce: float, max_delay: float) -> None:
+        self.loop = loop
+        self.debounce = debounce
+        self.max_delay = max_delay
+        self.event = asyncio.Event()
+        self.first: float | None = None  # the first debounced change of the burst
+        self.last = 0.0  # the last debounced change
+        self.urgent = False
+
+    def poke(self, kind: str, matters: bool) -> None:
+        """A watch saw a change (any thread)."""
+        if kind == CLAIMS or not matters:  # claims are read at each cycle; they start none
+            return
+        self.loop.call_soon_threadsafe(self._poke, kind in PLANNING_KINDS)
+
+    def now(self) -> None:
+        """Run a cycle as soon as possible (event-loop thread)."""
+        self._poke(False)
+
+    def _poke(self, debounced: bool) -> None:
+        if debounced:
+            t = time.monotonic()
+            self.first = self.first if self.first is not None else t
+            self.last = t
+        else:
+            self.urgent = True
+        self.event.set()
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until something calls for a cycle (settled) or ``timeout`` passes."""
+        try:
+            await asyncio.wait_for(self.event.wait(), timeout)
+        except TimeoutError:
+            return
+        while not self.urgent and self.first is not None:  # a burst of node changes: let it settle
+            t = time.monotonic()
+            until = min(self.last + self.debounce, self.first + self.max_delay)
+            if t >= until:
+                break
+            try:
+                await asyncio.wait_for(self._urgent(), until - t)
+            except TimeoutError:
+                continue  # look again: a later change may have moved the end of the burst
+        await asyncio.sleep(COALESCE)
+        self.event.clear()
+        self.first, self.urgent = None, False
+
+    async def _urgent(self) -> None:
+        while not self.urgent:
+            self.event.clear()
+            await self.event.wait()
+
+
+async def run_cycles(cycle: Cycle, wake: Wake, acting: Callable[[], bool], resync: float) -> None:
+    """Run cycles for as long as the operator runs (a task started at start-up)."""
+    while not cycle.cache.synced():
+        await asyncio.sleep(0.1)
+    failures = 0
+    timeout: float | None = 0.0
+    while True:
+        await wake.wait(timeout)
+        if not acting():  # another replica acts (peering), or no plan is followed yet
+            timeout = resync
+            continue
+        try:
+            report = await asyncio.to_thread(cycle.run)
+        except Exception as e:  # a bug or the API server away: the cycle is tried again, with backoff
+            failures += 1
+            timeout = backoff(failures)
+            log.warning("cycle failed (%r); again in %.1fs", e, timeout)
+            continue
+        failures = 0
+        cycle.service.metrics.caches(cycle.cache.sizes())
+        if report.moved:
+            wake.now()
+        timeout = min(report.wake_in, resync) if report.wake_in is not None else resync

@@ -1,0 +1,286 @@
+"""One cycle: snapshot the caches once, plan every plan that needs it in admission order, write.
+
+Notes
+-----
+The cycle holds the service's lock from the snapshot to the last status, so no deletion's
+clean-up runs in the middle of it. It reads nothing from the API server to plan: the snapshot
+is :meth:`~gpuplan_operator.cache.caches.ClusterCache.read`. Plans are visited in
+:func:`~.order.admission_order`; each is planned against what the plans before it were just
+given (their status goes into the cache as soon as it is written) and what the plans after it
+hold now. A plan whose :class:`~.order.Inputs` did not change is neither planned nor written.
+
+After the plans, the readiness of applied plans whose pods changed (or which were not Ready)
+is checked against the pods' cache. A failed plan (``Error``) is tried again after a backoff,
+an ``Infeasible`` one every ``resync`` even when nothing it reads changed (what it misses may
+be a pod outside every plan finishing).
+
+Node health is the cycle's too: a node not Ready is planned as healthy within its grace and as
+unschedulable after (:func:`~gpuplan_operator.watch.planning_view`); :attr:`Report.wake_in`
+says when the next grace runs out, and the loop runs a cycle then.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from gpuplan_operator import reserve
+from gpuplan_operator.body import PlanBody
+from gpuplan_operator.cache.caches import ClusterCache
+from gpuplan_operator.cluster import ClusterRead
+from gpuplan_operator.cycle.actions import Taking, allocate, hand_over, joint_snapshot
+from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others, pods_fingerprint
+from gpuplan_operator.follow import backoff
+from gpuplan_operator.metrics import Trigger
+from gpuplan_operator.service import Outcome, PlanService
+from gpuplan_operator.status import Phase
+from gpuplan_operator.watch import down_since, is_down, planning_view, utcnow
+from planner import InvalidInput
+
+log = logging.getLogger("gpuplan_operator")
+
+_TRIGGERS = {
+    "new": Trigger.RESUMED,
+    "spec": Trigger.SPEC_CHANGED,
+    "cluster": Trigger.NODES_CHANGED,
+    "plans": Trigger.PLANS_CHANGED,
+    "retry": Trigger.RETRY,
+}
+
+
+@dataclass
+class Report:
+    """What one cycle did, for the loop, the logs and the metrics."""
+
+    planned: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+    checked: int = 0
+    stages: dict[str, float] = field(default_factory=dict)
+    took: dict[str, float] = field(default_factory=dict)  # seconds of the stages inside planning
+    wake_in: float | None = None  # run again this soon (a grace running out, a retry, pods pending)
+
+    def soon(self, seconds: float) -> None:
+        self.wake_in = seconds if self.wake_in is None else min(self.wake_in, seconds)
+
+
+@dataclass
+class _Memory:
+    """What the cycle remembers of one plan between cycles."""
+
+    inputs: Inputs | None = None
+    phase: Phase | None = None
+    ready: bool = False
+    failures: int = 0
+    retry_at: float = 0.0
+    pods: frozenset[Any] = frozenset()
+
+
+class Cycle:
+    """The operator's scheduling cycle over a :class:`ClusterCache` (one per operator)."""
+
+    def __init__(self, service: PlanService, cache: ClusterCache, namespaces: Sequence[str] = ()) -> None:
+        self.service = service
+        self.cache = cache
+        # with --namespace, only those namespaces' plans are this operator's; the others are
+        # planned around (what they hold is reserved), never written
+        self.namespaces = frozenset(namespaces)
+        self.options = service.options
+        self.memory: dict[str, _Memory] = {}
+        service.pods_source = lambda plan: cache.plan_pods(plan.labels)
+        service.on_status = cache.assume_plan
+
+    def _cluster_inputs(self, read: ClusterRead, report: Report) -> tuple[Any, ...]:
+        """The caches' counters of changes that matter, which nodes are down past the grace, and
+        the pods of plans that are gone (their cards come free as they go)."""
+        nodes = read.nodes["items"]
+        now = utcnow()
+        grace = self.options.node_grace
+        down = []
+        for node in nodes:
+            since = down_since(node)
+            if since is None:
+                continue
+            if is_down(node, now, grace):
+                down.append(str((node.get("metadata") or {}).get("name")))
+            else:
+                report.soon(grace - (now - since).total_seconds() + 0.5)
+        c = self.cache
+        left = reserve.orphans(read.pods, reserve.plan_owners(read.plans))
+        return (c.nodes.changes, c.slices.changes, c.topologies.changes, tuple(sorted(down)), left)
+
+    def run(self) -> Report:
+        """One cycle (blocking: run it in a worker thread)."""
+        report = Report()
+        started = time.perf_counter()
+        with self.service.lock:
+            locked = time.perf_counter()
+            read = self.cache.read()
+            at = utcnow()
+            nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
+            snapped = time.perf_counter()
+            cluster = self._cluster_inputs(read, report)
+            for uid in set(self.memory) - {p.uid for p in read.plans}:
+                del self.memory[uid]
+            order = [p for p in admission_order(read.plans) if self.serves(p)]
+            due = self._due(order, cluster, read, report)
+            taking, alone = self._parse([p for p in order if p.uid in due], report)
+            if taking:
+                self._allocate(taking, due, read, nodes, report)
+            for plan in alone:  # dry runs: planned around everything the others hold, as before
+                outcome = self.service.reconcile_with(plan, read, _TRIGGERS[due[plan.uid]])
+                self._record(plan, outcome, report)
+            self._settle({p.uid: p for p in order if p.uid in due}, cluster)
+            planned = time.perf_counter()
+            fresh = {p.uid: self.cache.plan(p.namespace, p.name) or p for p in read.plans}
+            report.checked = self._readiness(fresh, set(report.planned), report)
+            done = time.perf_counter()
+        planner = report.took.get("plan", 0.0)
+        report.stages = {
+            "lock": locked - started,
+            "snapshot": snapped - locked,
+            "plan": planner,
+            "write": planned - snapped - planner,
+            "readiness": done - planned,
+        }
+        self.service.metrics.cycle(report.stages, len(report.planned))
+        if report.planned:
+            took = ", ".join(f"{k} {v:.2f}s" for k, v in report.stages.items())
+            log.info("cycle: planned %s (%s)", ", ".join(report.planned), took)
+        return report
+
+    def _due(
+        self, order: list[PlanBody], cluster: tuple[Any, ...], read: ClusterRead, report: Report
+    ) -> dict[str, str]:
+        """uid -> why, of the plans whose spec or inputs changed (or whose retry is due). When
+        one is due, every plan of the cluster is planned with it: one plan's change may move
+        cards between all of them (a plan that did not change is not written)."""
+        why: dict[str, str] = {}
+        for plan in order:
+            memory = self.memory.setdefault(plan.uid, _Memory())
+            inputs = Inputs(plan.generation, cluster, held_by_others(read.plans, plan.uid))
+            changed = inputs.why_changed(memory.inputs)
+            if changed is None and memory.phase in (Phase.ERROR, Phase.INFEASIBLE):
+                if time.monotonic() >= memory.retry_at:
+                    changed = "retry"
+                else:
+                    report.soon(memory.retry_at - time.monotonic())
+            if changed is not None:
+                why[plan.uid] = changed
+        if not why:
+            return why
+        return {p.uid: why.get(p.uid, "plans") for p in order}
+
+    def _parse(self, plans: list[PlanBody], report: Report) -> tuple[list[Taking], list[PlanBody]]:
+        """Plans that take part in the allocation, and dry runs (planned alone); invalid ones get
+        their status here and hold what they held."""
+        taking, alone = [], []
+        for plan in plans:
+            spec = self.service.parse(plan)
+            if isinstance(spec, Outcome):  # Invalid: planned again when its spec changes
+                self._record(plan, spec, report)
+                continue
+            if spec.dry_run:
+                alone.append(plan)
+            else:
+                taking.append(Taking(plan, spec))
+        return taking, alone
+
+    def _allocate(
+        self,
+        taking: list[Taking],
+        due: Mapping[str, str],
+        read: ClusterRead,
+        nodes: list[dict[str, Any]],
+        report: Report,
+    ) -> None:
+        started = time.perf_counter()
+        for t in taking:
+            self.service.metrics.replanning(_TRIGGERS[due[t.plan.uid]])
+        try:
+            snap = joint_snapshot(read, nodes, taking)
+        except InvalidInput as e:  # the cluster, not the specs: e.g. no nodes at all
+            for t in taking:
+                self.service.metrics.plan_duration.observe(time.perf_counter() - started)
+                outcome = self.service.infeasible(t.plan, f"cluster snapshot: {e}")
+                self._record(t.plan, outcome, report)
+            return
+        planning = time.perf_counter()
+        answers = allocate(self.service, taking, snap)
+        report.took["plan"] = report.took.get("plan", 0.0) + time.perf_counter() - planning
+        try:
+            verify = {t.plan.uid for t in taking if due[t.plan.uid] in ("new", "retry")}
+            outcomes = hand_over(self.service, taking, answers, nodes, read, verify)
+        except ApiException as e:  # e.g. reading a plan's objects failed: every plan again, later
+            outcomes = {t.plan.uid: self.service.errored(t.plan, e) for t in taking}
+        took = time.perf_counter() - started
+        for t in taking:  # every plan's reconcile took the whole allocation and its writes
+            self.service.metrics.plan_duration.observe(took)
+            self._record(t.plan, outcomes[t.plan.uid], report)
+
+    def _record(self, plan: PlanBody, outcome: Outcome, report: Report) -> None:
+        report.planned.append(plan.ref)
+        if outcome.moved:
+            report.moved.append(plan.ref)
+        memory = self.memory.setdefault(plan.uid, _Memory())
+        self._remember(memory, outcome, report)
+        memory.pods = self._pods(self.cache.plan(plan.namespace, plan.name) or plan)
+
+    def _settle(self, planned: Mapping[str, PlanBody], cluster: tuple[Any, ...]) -> None:
+        """What each plan planned in this cycle was planned from, as it stands after the cycle:
+        with nothing new, the next cycle plans none of them."""
+        now = [self.cache.plan(p.namespace, p.name) or p for p in planned.values()]
+        everyone = {p.uid: p for p in [*self._all(), *now]}
+        for plan in now:
+            memory = self.memory.get(plan.uid)
+            if memory is None:
+                continue
+            memory.inputs = Inputs(plan.generation, cluster, held_by_others(everyone.values(), plan.uid))
+
+    def _all(self) -> list[PlanBody]:
+        return [PlanBody.from_object(o) for o in self.cache.plans.items()]
+
+    def _remember(self, memory: _Memory, outcome: Outcome, report: Report) -> None:
+        memory.phase = outcome.phase
+        memory.ready = outcome.ready
+        if outcome.phase is Phase.ERROR:
+            memory.failures += 1
+            memory.retry_at = time.monotonic() + backoff(memory.failures)
+            report.soon(memory.retry_at - time.monotonic())
+        elif outcome.phase is Phase.INFEASIBLE:
+            memory.failures = 0
+            memory.retry_at = time.monotonic() + self.options.resync
+            report.soon(self.options.resync)
+        else:
+            memory.failures = 0
+
+    def serves(self, plan: PlanBody) -> bool:
+        return not self.namespaces or plan.namespace in self.namespaces
+
+    def _pods(self, plan: PlanBody) -> frozenset[Any]:
+        return pods_fingerprint(self.cache.plan_pods(plan.labels)) if plan.deploy else frozenset()
+
+    def _readiness(self, plans: Mapping[str, PlanBody], planned: set[str], report: Report) -> int:
+        """Re-check ``Ready`` of applied plans whose pods changed, or that were not Ready (a plan
+        applied in this cycle had its readiness checked by the apply)."""
+        checked = 0
+        for uid, plan in plans.items():
+            memory = self.memory.get(uid)
+            if plan.deleting or memory is None or memory.phase is not Phase.APPLIED:
+                continue
+            pods = self._pods(plan)
+            if plan.ref in planned or (memory.ready and pods == memory.pods):
+                if not memory.ready:
+                    report.soon(self.options.ready_poll)
+                continue
+            outcome = self.service.check_readiness(plan)
+            checked += 1
+            memory.ready = outcome.ready
+            memory.pods = pods
+            if not outcome.ready:
+                report.soon(self.options.ready_poll)
+        return checked

@@ -1,0 +1,180 @@
+"""The watched caches: trimming keeps what planning reads, stores tell changes that matter, an
+informer lists, watches, resumes, re-lists on 410 and re-opens a silent watch."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from gpuplan_operator.cache import trim
+from gpuplan_operator.cache.caches import ClusterCache, _node_fp, deep_size
+from gpuplan_operator.cache.informer import Informer
+from gpuplan_operator.cache.store import Store
+from gpuplan_operator.kube import JSON, WatchSilent
+
+from planner import snapshot
+from tests.operator.builders import node, pod
+
+
+def bulky_node(name: str) -> dict[str, Any]:
+    n = node(name)
+    n["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}] * 5
+    n["status"]["images"] = [{"names": [f"registry/image-{i}:v1"], "sizeBytes": 1000} for i in range(50)]
+    n["status"]["nodeInfo"] = {"kernelVersion": "6.1", "osImage": "Debian"}
+    n["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "MemoryPressure", "status": "False"},
+    ]
+    return n
+
+
+def test_trimmed_nodes_and_pods_plan_exactly_as_whole_ones_and_are_smaller() -> None:
+    nodes = [bulky_node(f"n{i}") for i in range(3)]
+    pods = [pod("x", "n0", 2), pod("y", "n1", 1)]
+    whole = snapshot({"kind": "List", "items": nodes}, {"kind": "List", "items": pods})
+    cut = snapshot(
+        {"kind": "List", "items": [trim.node(n) for n in nodes]},
+        {"kind": "List", "items": [trim.pod(p) for p in pods]},
+    )
+    assert cut == whole
+    assert deep_size(trim.node(nodes[0])) * 3 < deep_size(nodes[0])
+
+
+def test_pods_kept_are_the_bound_unfinished_ones_and_every_pod_of_a_plan() -> None:
+    bound = pod("a", "n0", 1)
+    pending_mine = pod("b", "", 1, labels={"app.kubernetes.io/managed-by": "gpuplan"})
+    pending_mine["spec"].pop("nodeName")
+    done = pod("c", "n0", 1)
+    done["status"]["phase"] = "Succeeded"
+    pending_other = pod("d", "", 1)
+    pending_other["spec"].pop("nodeName")
+    assert [trim.pod_kept(p) for p in (bound, pending_mine, done, pending_other)] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
+def test_a_store_reports_only_changes_that_matter_and_ignores_older_versions() -> None:
+    store = Store("nodes", trim.node, _node_fp)
+    n = node("n0")
+    n["metadata"]["resourceVersion"] = "5"
+    assert not store.replace([n])  # the first listing learns, it reports nothing
+    heartbeat = copy.deepcopy(n)
+    heartbeat["metadata"]["resourceVersion"] = "6"
+    heartbeat["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "x"}]
+    assert not store.apply("MODIFIED", heartbeat)
+    ours = copy.deepcopy(heartbeat)
+    ours["metadata"]["resourceVersion"] = "7"
+    ours["metadata"]["labels"]["gpuplan.ragnaros.io/ns.p"] = "n0"  # a plan's own label
+    assert not store.apply("MODIFIED", ours)
+    cordoned = copy.deepcopy(ours)
+    cordoned["metadata"]["resourceVersion"] = "8"
+    cordoned["spec"]["unschedulable"] = True
+    assert store.apply("MODIFIED", cordoned)
+    stale = copy.deepcopy(n)  # an event older than what the store holds
+    assert not store.apply("MODIFIED", stale)
+    assert (store.get("n0") or {})["spec"]["unschedulable"] is True
+    assert store.apply("DELETED", cordoned) and len(store) == 0
+    assert not store.apply("DELETED", cordoned)
+
+
+def test_a_re_list_reports_what_the_missed_events_would_have() -> None:
+    store = Store("nodes", trim.node, _node_fp)
+    store.replace([node("a"), node("b")])
+    assert not store.replace([node("a"), node("b")])
+    assert store.replace([node("a")])  # b went while nobody watched
+    assert [n["metadata"]["name"] for n in store.items()] == ["a"]
+
+
+class ScriptedWatcher:
+    """Listings and watch streams from a script; records what was asked."""
+
+    def __init__(self, lists: list[JSON], streams: list[list[JSON] | Exception]) -> None:
+        self.lists = lists
+        self.streams = streams
+        self.asked: list[tuple[str, str]] = []
+        self.done = threading.Event()
+
+    def get(self, path: str, **query: Any) -> JSON:
+        self.asked.append(("list", ""))
+        return self.lists.pop(0) if self.lists else {"items": [], "metadata": {"resourceVersion": "99"}}
+
+    def stream(self, path: str, query: Mapping[str, Any], read_timeout: float) -> Iterator[JSON]:
+        self.asked.append(("watch", str(query["resourceVersion"])))
+        if not self.streams:
+            self.done.set()
+            threading.Event().wait(0.05)
+            return iter(())
+        step = self.streams.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return iter(step)
+
+
+def event(kind: str, name: str, rv: str, **spec: Any) -> JSON:
+    obj = node(name, **spec)
+    obj["metadata"]["resourceVersion"] = rv
+    return {"type": kind, "object": obj}
+
+
+def test_an_informer_resumes_from_the_last_version_re_lists_on_410_and_re_opens_a_silent_watch() -> None:
+    watcher = ScriptedWatcher(
+        lists=[
+            {"items": [node("a")], "metadata": {"resourceVersion": "10"}},
+            {"items": [node("a"), node("c")], "metadata": {"resourceVersion": "30"}},
+        ],
+        streams=[
+            [
+                event("ADDED", "b", "11"),
+                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+            ],
+            WatchSilent("silent"),
+            [event("MODIFIED", "b", "16", unschedulable=True)],
+            [{"type": "ERROR", "object": {"code": 410, "message": "too old"}}],
+        ],
+    )
+    store = Store("nodes", trim.node, _node_fp)
+    seen: list[bool] = []
+    informer = Informer(watcher, "/api/v1/nodes", store, lambda s, matters: seen.append(matters))
+    informer.start()
+    assert watcher.done.wait(5)
+    informer.close()
+    assert watcher.asked[:6] == [
+        ("list", ""),
+        ("watch", "10"),
+        ("watch", "15"),  # resumed after the bookmark
+        ("watch", "15"),  # re-opened after the silence, from where it was
+        ("watch", "16"),
+        ("list", ""),  # 410: listed again
+    ]
+    assert informer.silent_watches == 1
+    assert sorted(n["metadata"]["name"] for n in store.items()) == ["a", "c"]
+    assert True in seen
+
+
+def test_a_kind_the_cluster_does_not_serve_is_marked_so() -> None:
+    from tests.operator.builders import cluster
+
+    kube = cluster(node("a"))
+    cache = ClusterCache(kube, lambda kind, matters: None)
+    for informer in cache.informers:
+        informer._list()
+    read = cache.read()
+    assert read.slices is None and read.claims is None and read.topologies is None
+    assert [n["metadata"]["name"] for n in read.nodes["items"]] == ["a"]
+    assert cache.synced()
+
+
+@pytest.mark.parametrize("silent", [0.0, 100.0])
+def test_health_names_a_watch_quiet_too_long(silent: float) -> None:
+    from tests.operator.builders import cluster
+
+    cache = ClusterCache(cluster(), lambda kind, matters: None)
+    for informer in cache.informers:
+        informer.last_heard -= silent
+    assert bool(cache.health()) == (silent > 0)

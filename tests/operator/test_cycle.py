@@ -1,0 +1,147 @@
+"""The scheduling cycle against an in-memory API server: one snapshot, admission order, no
+re-plan (and no write) of a plan whose spec and inputs did not change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuplan_operator.body import PlanBody
+from gpuplan_operator.cache.caches import ClusterCache
+from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others
+from gpuplan_operator.cycle.session import Cycle
+from gpuplan_operator.service import Options, PlanService
+
+from tests.operator.builders import NODES, NOW, PLANS_NS, cluster, node, plan
+from tests.operator.fake_kube import FakeKube
+
+
+def body(name: str, priority: int | None = None, applied: bool = False, created: str = NOW) -> PlanBody:
+    obj: dict[str, Any] = plan(name)
+    obj["metadata"]["creationTimestamp"] = created
+    if priority is not None:
+        obj["spec"]["priority"] = priority
+    if applied:
+        obj["status"] = {"applied": {"units": {"n": {"nvidia.com/gpu": 1}}}}
+    return PlanBody.from_object(obj)
+
+
+def test_admission_order_is_priority_then_holding_then_age_then_name() -> None:
+    plans = [
+        body("new-low", 0, created="2026-01-01T00:00:03Z"),
+        body("old-low", 0, created="2026-01-01T00:00:01Z"),
+        body("holder-low", 0, applied=True, created="2026-01-01T00:00:09Z"),
+        body("high", 10, created="2026-01-01T00:00:05Z"),
+        body("bad", True),  # a bool is not a priority: counts as 0
+    ]
+    order = [p.name for p in admission_order(plans)]
+    assert order == ["high", "holder-low", "bad", "old-low", "new-low"]
+
+
+def test_inputs_say_what_changed() -> None:
+    a = Inputs(1, (0, 0, 0, ()), "x")
+    assert a.why_changed(None) == "new"
+    assert a.why_changed(a) is None
+    assert Inputs(2, a.cluster, "x").why_changed(a) == "spec"
+    assert Inputs(1, (1, 0, 0, ()), "x").why_changed(a) == "cluster"
+    assert Inputs(1, a.cluster, "y").why_changed(a) == "plans"
+
+
+def test_what_others_hold_ignores_the_plan_itself_and_counts_plans_being_deleted() -> None:
+    mine = body("a", applied=True)
+    other = body("b", applied=True)
+    assert held_by_others([mine], mine.uid) == held_by_others([], mine.uid)
+    assert held_by_others([mine, other], mine.uid) != held_by_others([mine], mine.uid)
+    leaving = PlanBody.from_object(
+        {**dict(other.raw), "metadata": {**other.raw["metadata"], "deletionTimestamp": NOW}}
+    )
+    assert held_by_others([mine, leaving], mine.uid) == held_by_others([mine, other], mine.uid)
+
+
+def listed(kube: FakeKube) -> ClusterCache:
+    """A cache filled by one listing of each kind (what the informers do first)."""
+    cache = ClusterCache(kube, lambda kind, matters: None)
+    for informer in cache.informers:
+        informer._list()
+    return cache
+
+
+def cycle_on(kube: FakeKube) -> tuple[Cycle, ClusterCache]:
+    cache = listed(kube)
+    svc = PlanService(kube, Options(plan_seconds=5, polish_seconds=0.2), lambda *a: None, clock=lambda: NOW)
+    return Cycle(svc, cache), cache
+
+
+def spec(cards: int, priority: int = 0) -> dict[str, Any]:
+    return {"requests": {"face_feature_extract": {"P4": cards}}, "priority": priority}
+
+
+def status_of(kube: FakeKube, name: str) -> dict[str, Any]:
+    obj = kube.get_obj(PLANS_NS, name)
+    assert obj is not None
+    return dict(obj.get("status") or {})
+
+
+def phase(kube: FakeKube, name: str) -> str:
+    return str(status_of(kube, name).get("phase"))
+
+
+def test_new_plans_that_do_not_both_fit_go_by_priority_and_an_unchanged_cluster_is_left_alone() -> None:
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])  # 32 cards
+    low = plan("low", **spec(24))
+    low["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"  # the older one
+    high = plan("high", **spec(16, priority=10))
+    high["metadata"]["creationTimestamp"] = "2026-01-01T00:00:05Z"
+    kube.put(PLANS_NS, low)
+    kube.put(PLANS_NS, high)
+    cycle, _ = cycle_on(kube)
+
+    report = cycle.run()
+    assert report.planned == ["ns/high", "ns/low"]
+    assert phase(kube, "high") == "Applied"
+    assert phase(kube, "low") == "Infeasible"
+    low_status = status_of(kube, "low")
+    assert low_status["admission"] == "Preempted" and low_status["heldBy"] == ["ns/high"]
+    assert low_status["conditions"][0]["reason"] == "Preempted"
+
+    writes = len(kube.writes)
+    again = cycle.run()
+    assert again.planned == [] and len(kube.writes) == writes
+
+
+def test_a_cordon_re_plans_from_the_cache_then_nothing_is_planned_or_written() -> None:
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])
+    kube.put(PLANS_NS, plan("a", **spec(8)))
+    cycle, cache = cycle_on(kube)
+    cycle.run()
+    victim = sorted({n for a in status_of(kube, "a")["allocations"] for n in a["nodes"]})[0]
+
+    cordoned = node(victim, unschedulable=True)
+    cordoned["metadata"]["labels"] = (kube.get_obj(NODES, victim) or {})["metadata"]["labels"]
+    kube.put(NODES, cordoned)
+    assert cache.nodes.replace(kube.request("GET", "/api/v1/nodes")["items"])  # what the watch would say
+
+    assert cycle.run().planned == ["ns/a"]
+    assert all(victim not in a["nodes"] for a in status_of(kube, "a")["allocations"])
+    writes = len(kube.writes)
+    assert cycle.run().planned == [] and len(kube.writes) == writes
+
+
+def test_an_elastic_plan_shrinks_for_a_higher_one_and_grows_back_when_it_is_gone() -> None:
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])  # 32 cards
+    kube.put(PLANS_NS, plan("flex", requests={"face_feature_extract": {"P4": {"min": 8, "max": 32}}}))
+    cycle, cache = cycle_on(kube)
+    cycle.run()
+    assert status_of(kube, "flex")["cardsPlaced"] == 32
+
+    kube.put(PLANS_NS, plan("high", **spec(16, priority=10)))
+    cache.plans.replace(kube.request("GET", f"/{PLANS_NS}")["items"])
+    cycle.run()
+    flex = status_of(kube, "flex")
+    assert status_of(kube, "high")["phase"] == "Applied"
+    assert (flex["phase"], flex["cardsPlaced"], flex["cards"]) == ("Applied", 16, "16/32")
+    assert flex["elastic"][0]["reason"] == "HeldByPlans" and flex["elastic"][0]["heldBy"] == ["ns/high"]
+
+    del kube.objects[(PLANS_NS, "high")]
+    cache.plans.replace(kube.request("GET", f"/{PLANS_NS}")["items"])
+    assert "ns/flex" in cycle.run().planned
+    assert status_of(kube, "flex")["cardsPlaced"] == 32
