@@ -88,7 +88,8 @@ FLOOR = "floor"  # the label of the Deployments the floor run creates
 
 
 def bare_deployments(api: Api, key: str) -> list[dict[str, Any]]:
-    """The plan's Deployments as anyone would write them: pinned by hostname, no owner, no classes."""
+    """The plan's Deployments as anyone would write them: pinned by hostname, no owner, no classes,
+    no gang gate (nothing would lift it)."""
     out = []
     for d in api.kube.get(
         f"/apis/apps/v1/namespaces/{NS}/deployments", labelSelector=f"gpuplan.ragnaros.io/plan={PLAN}"
@@ -96,7 +97,8 @@ def bare_deployments(api: Api, key: str) -> list[dict[str, Any]]:
         pod = d["spec"]["template"]
         node = pod["spec"]["nodeSelector"][key]
         labels = {"app": FLOOR, "pin": d["metadata"]["name"][-63:].strip("-.")}
-        spec = {k: v for k, v in pod["spec"].items() if k not in ("nodeSelector", "priorityClassName")}
+        dropped = ("nodeSelector", "priorityClassName", "schedulingGates")
+        spec = {k: v for k, v in pod["spec"].items() if k not in dropped}
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
         out.append({
             "apiVersion": "apps/v1",

@@ -201,6 +201,8 @@ CAN = [
     ("watch", "nodes", "cluster"),
     ("patch", "nodes", "cluster"),  # cluster.patch_node_labels
     ("list", "pods", "all"),  # cluster.list_active_pods
+    ("watch", "pods", "all"),  # a watch-fed cache of the pods
+    ("patch", "pods", "plans"),  # cluster.release_gate: lifts the gang gate
     ("get", "priorityclasses.scheduling.k8s.io", "cluster"),
     ("list", "priorityclasses.scheduling.k8s.io", "cluster"),
     ("create", "priorityclasses.scheduling.k8s.io", "cluster"),  # server-side apply of a new class

@@ -33,12 +33,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from planner.base.codes import ConflictKind
     from planner.base.errors import InvalidInput
+    from planner.base.quantity import parse_quantity
     from planner.base.vocab import (
         API_VERSION,
         CLAIM_TEMPLATE,
         CONFIGMAP,
         DEPLOYMENT,
         FIELD_MANAGER,
+        GANG_GATE,
         GROUP,
         KIND,
         MANAGED_BY,
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
         POD,
         PRIORITY_BASE,
         PRIORITY_CLASS,
+        RELEASED_ANNOTATION,
         VERSION,
         configmap_name,
         is_plan_label_key,
@@ -56,26 +59,28 @@ if TYPE_CHECKING:
         plan_labels,
     )
     from planner.model.result import Allocation, PlanResult, Previous, previous_placements
-    from planner.model.spec import PlanSpec, Snapshot
+    from planner.model.spec import Gang, PlanSpec, Snapshot
     from planner.output.explain import explain, why_not
     from planner.output.page import render_page
     from planner.output.render import Desired, render_desired, render_manifests, values_yaml
     from planner.output.view import Shown, View, build_view, shown_result, shown_status
     from planner.planning import plan
     from planner.read.allocations import read_allocations
-    from planner.read.parse import parse_plan, parse_spec, snapshot
+    from planner.read.parse import parse_plan, parse_spec, pod_requests, snapshot
     from planner.share.outcome import Admission, BelowMax, Grant, Shared
     from planner.share.together import plan_together
 
 _HOMES = {
     "planner.base.codes": ("ConflictKind",),
     "planner.base.errors": ("InvalidInput",),
+    "planner.base.quantity": ("parse_quantity",),
     "planner.base.vocab": (
         "API_VERSION",
         "CLAIM_TEMPLATE",
         "CONFIGMAP",
         "DEPLOYMENT",
         "FIELD_MANAGER",
+        "GANG_GATE",
         "GROUP",
         "KIND",
         "MANAGED_BY",
@@ -86,6 +91,7 @@ _HOMES = {
         "POD",
         "PRIORITY_BASE",
         "PRIORITY_CLASS",
+        "RELEASED_ANNOTATION",
         "VERSION",
         "configmap_name",
         "is_plan_label_key",
@@ -93,14 +99,14 @@ _HOMES = {
         "plan_labels",
     ),
     "planner.model.result": ("Allocation", "PlanResult", "Previous", "previous_placements"),
-    "planner.model.spec": ("PlanSpec", "Snapshot"),
+    "planner.model.spec": ("Gang", "PlanSpec", "Snapshot"),
     "planner.output.explain": ("explain", "why_not"),
     "planner.output.page": ("render_page",),
     "planner.output.render": ("Desired", "render_desired", "render_manifests", "values_yaml"),
     "planner.output.view": ("Shown", "View", "build_view", "shown_result", "shown_status"),
     "planner.planning": ("plan",),
     "planner.read.allocations": ("read_allocations",),
-    "planner.read.parse": ("parse_plan", "parse_spec", "snapshot"),
+    "planner.read.parse": ("parse_plan", "parse_spec", "pod_requests", "snapshot"),
     "planner.share.outcome": ("Admission", "BelowMax", "Grant", "Shared"),
     "planner.share.together": ("plan_together",),
 }
@@ -112,6 +118,7 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "CONFIGMAP",
     "DEPLOYMENT",
     "FIELD_MANAGER",
+    "GANG_GATE",
     "GROUP",
     "KIND",
     "MANAGED_BY",
@@ -122,12 +129,14 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "POD",
     "PRIORITY_BASE",
     "PRIORITY_CLASS",
+    "RELEASED_ANNOTATION",
     "VERSION",
     "Admission",
     "Allocation",
     "BelowMax",
     "ConflictKind",
     "Desired",
+    "Gang",
     "Grant",
     "InvalidInput",
     "PlanResult",
@@ -142,11 +151,13 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "explain",
     "is_plan_label_key",
     "parse_plan",
+    "parse_quantity",
     "parse_spec",
     "plan",
     "plan_label_key",
     "plan_labels",
     "plan_together",
+    "pod_requests",
     "previous_placements",
     "read_allocations",
     "render_desired",

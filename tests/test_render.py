@@ -148,6 +148,34 @@ def test_manifests_hold_deployments_with_gpu_requests_when_deploy_is_true() -> N
         assert pod["priorityClassName"].startswith("ragnaros-cluster-critical-")
 
 
+GATE = [{"name": "gpuplan.ragnaros.io/gang"}]
+
+
+@pytest.mark.parametrize(
+    ("gang", "gates"),
+    [
+        pytest.param(None, GATE, id="gang omitted: every pod starts gated (plan is the default)"),
+        pytest.param("plan", GATE, id="gang plan: every pod starts gated"),
+        pytest.param("none", None, id="gang none: no pod carries a gate"),
+    ],
+)
+def test_gang_gates_every_pod_spec_the_plan_renders(gang: str | None, gates: Any) -> None:
+    doc = plan_doc({"face_feature_extract": {"P4": 4}}, deploy=True, **({"gang": gang} if gang else {}))
+    spec = parse_plan(doc)
+    result = plan(spec, snapshot(node_list([("a", "P4", 8), ("b", "P4", 8)])))
+    desired = render_desired(spec, result)
+    entries = yaml.safe_load(desired.configmaps[0]["data"]["values.yaml"])["flamewakers"]
+    assert entries and desired.deployments
+    assert [e["podAttributes"].get("schedulingGates") for e in entries] == [gates] * len(entries)
+    templates = [d["spec"]["template"]["spec"] for d in desired.deployments]
+    assert [t.get("schedulingGates") for t in templates] == [gates] * len(templates)
+
+
+def test_gang_that_is_neither_plan_nor_none_names_the_field() -> None:
+    with pytest.raises(InvalidInput, match="gang: must be plan or none, got 'all'"):
+        parse_plan(plan_doc({"face_feature_extract": {"P4": 4}}, gang="all"))
+
+
 def test_a_plan_too_large_for_one_configmap_is_cut_into_parts() -> None:
     """2,000 flamewaker entries are ~900 KB of YAML: the parts each fit, and together hold all."""
     requests = {f"op{i:04d}": {"P4": 8} for i in range(250)}

@@ -81,6 +81,11 @@ def parser() -> argparse.ArgumentParser:
         "--node-grace", type=float, default=d.node_grace,
         help="seconds a node may be not Ready before its instances move (default %(default)s)",
     )  # fmt: skip
+    p.add_argument(
+        "--gang-timeout", type=float, default=d.gang_timeout,
+        help="seconds released pods may stay unscheduled before their plan is re-planned around "
+        "what took the cards (default %(default)s)",
+    )  # fmt: skip
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument(
         "--log-format", choices=sorted(LOG_FORMATS), default="text",
@@ -194,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ready_poll=args.ready_poll,
         priority_base=args.priority_base,
         node_grace=args.node_grace,
+        gang_timeout=args.gang_timeout,
     )
     metrics = Metrics()
     memo = kopf.Memo(

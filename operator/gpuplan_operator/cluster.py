@@ -10,6 +10,9 @@ Writes go through two mechanisms, each where it is safe:
 - Node labels are JSON merge patches that name only the plan's own key (``null`` removes it).
   Server-side apply would be wrong here: every plan's keys would belong to the same field
   manager, and applying one plan's labels would drop the others'.
+- A pod's gang gate is lifted with a JSON patch (:func:`release_gate`) that first tests the
+  pod's ``resourceVersion``: a pod that changed since the decision was made is left alone (the
+  next round decides again) rather than released on stale grounds.
 
 Nothing here swallows an :class:`~kubernetes.client.exceptions.ApiException` except a 404 on
 delete (already gone): the service turns errors into ``phase: Error`` and kopf retries.
@@ -32,11 +35,13 @@ from planner import (
     CONFIGMAP,
     DEPLOYMENT,
     FIELD_MANAGER,
+    GANG_GATE,
     KIND,
     MANAGED_BY,
     PART_ANNOTATION,
     PLURAL,
     PRIORITY_CLASS,
+    RELEASED_ANNOTATION,
     Desired,
     configmap_name,
     plan_labels,
@@ -281,3 +286,30 @@ def patch_plan_status(kube: KubeApi, namespace: str, name: str, patch: Mapping[s
     return kube.merge_patch(
         path_for(PLAN_API, PLURAL, name, namespace) + "/status", {"status": dict(patch)}, FIELD_MANAGER
     )
+
+
+def release_gate(kube: KubeApi, pod: Mapping[str, Any], at: str) -> bool:
+    """Lift the gang gate of ``pod`` as it was read, and note when; False when it changed meanwhile
+    (409/422: the ``resourceVersion`` test failed) or is gone (404)."""
+    meta = pod.get("metadata") or {}
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    left = [g for g in gates if g.get("name") != GANG_GATE]
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
+        {"op": "replace", "path": "/spec/schedulingGates", "value": left}
+        if left
+        else {"op": "remove", "path": "/spec/schedulingGates"},
+    ]
+    if meta.get("annotations"):
+        key = RELEASED_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        ops.append({"op": "add", "path": f"/metadata/annotations/{key}", "value": at})
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {RELEASED_ANNOTATION: at}})
+    path = path_for("v1", "pods", str(meta.get("name")), str(meta.get("namespace")))
+    try:
+        kube.json_patch(path, ops, FIELD_MANAGER)
+    except ApiException as e:
+        if e.status in (404, 409, 422):
+            return False
+        raise
+    return True

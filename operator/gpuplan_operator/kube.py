@@ -34,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 JSON = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
 
@@ -94,6 +95,8 @@ class KubeApi(Protocol):
 
     def merge_patch(self, path: str, body: Mapping[str, Any], field_manager: str) -> JSON: ...
 
+    def json_patch(self, path: str, ops: list[dict[str, Any]], field_manager: str) -> JSON: ...
+
     def apply(self, path: str, manifest: Mapping[str, Any], field_manager: str) -> JSON: ...
 
     def delete(self, path: str, propagation: str = "Background") -> bool: ...
@@ -135,6 +138,12 @@ class RestVerbs:
     def merge_patch(self, path: str, body: Mapping[str, Any], field_manager: str) -> JSON:
         return self.request(
             "PATCH", path, body=body, content_type=MERGE_PATCH, query={"fieldManager": field_manager}
+        )
+
+    def json_patch(self, path: str, ops: list[dict[str, Any]], field_manager: str) -> JSON:
+        """An RFC 6902 patch: its ``test`` operations make it all-or-nothing against a changed object."""
+        return self.request(
+            "PATCH", path, body=ops, content_type=JSON_PATCH, query={"fieldManager": field_manager}
         )
 
     def apply(self, path: str, manifest: Mapping[str, Any], field_manager: str) -> JSON:

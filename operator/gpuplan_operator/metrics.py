@@ -26,6 +26,11 @@ The service records; handlers never do. What is recorded, and when:
   conflict with another owner), by the kind of object that step was writing.
 - ``gpuplan_conflicts_total{kind}``: each conflict an Infeasible reconcile reports, by its
   :class:`planner.base.codes.ConflictKind` (also the ``Planned`` condition's reason).
+- All-or-nothing deploys (:mod:`.gang`): ``gpuplan_gated_pods``, the plans' pods still carrying
+  the gang gate at the last release round; ``gpuplan_gang_releases_total{reason}``, pods whose
+  gate was lifted, ``Released`` with their plan's group or ``Recreated`` alone, and ``TimedOut``
+  for each re-plan the safety net asked for; ``gpuplan_gang_wait_seconds``, from a pod's creation
+  (its plan's apply) to the release of its gate.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gpuplan_operator.gang import GangCode
 from gpuplan_operator.status import Phase
 from planner import (
     CLAIM_TEMPLATE,
@@ -61,6 +67,7 @@ class Trigger(StrEnum):
     NODES_CHANGED = "nodes_changed"  # nodes changed in a way that matters to planning
     PLANS_CHANGED = "plans_changed"  # another plan's placement changed (or it was deleted): cards freed
     RETRY = "retry"  # an Infeasible or Error plan, re-planned every resync
+    GANG_TIMEOUT = "gang_timeout"  # released pods were not scheduled in time: something took the cards
 
 
 # kinds of ``gpuplan_writes_total`` / ``gpuplan_apply_errors_total``
@@ -70,6 +77,8 @@ APPLIED_KINDS = (NODE, PRIORITY_CLASS, CONFIGMAP, CLAIM_TEMPLATE, DEPLOYMENT, PO
 
 SHARE_EVENTS = ("Preempted", "Shrunk", "Grew")  # reasons of ``gpuplan_share_events_total``
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+WAITS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+GANG_COUNTED = (GangCode.RELEASED, GangCode.RECREATED, GangCode.TIMED_OUT)
 BRANCHES = (0, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
 
@@ -119,7 +128,7 @@ class Metrics:
         )
         self.cycle_seconds = Histogram(
             "gpuplan_cycle_seconds",
-            "Time of one scheduling cycle, by stage (lock, snapshot, plan, write, readiness).",
+            "Time of one scheduling cycle, by stage (lock, snapshot, plan, write, release, readiness).",
             ["stage"],
             buckets=SECONDS,
             registry=r,
@@ -146,7 +155,22 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.gated_pods = Gauge("gpuplan_gated_pods", "Plans' pods still carrying the gang gate.", registry=r)
+        self.gang_releases = Counter(
+            "gpuplan_gang_releases",
+            "Pods whose gang gate was lifted, by reason (and re-plans after a release timed out).",
+            ["reason"],
+            registry=r,
+        )
+        self.gang_wait = Histogram(
+            "gpuplan_gang_wait_seconds",
+            "Seconds from a gated pod's creation to the release of its gate.",
+            buckets=WAITS,
+            registry=r,
+        )
         # every series that can exist without a plan starts at 0, so rates and alerts see it
+        for code in GANG_COUNTED:
+            self.gang_releases.labels(code.value)
         for phase in Phase:
             self.plans.labels(phase.value)
         for reason in Trigger:
@@ -259,3 +283,17 @@ class Metrics:
     def apply_failed(self, kind: str) -> None:
         """A step writing ``kind`` failed (API error, or the object belongs to someone else)."""
         self.apply_errors.labels(kind).inc()
+
+    # --- all-or-nothing deploys ---------------------------------------------------------------
+
+    def gang_round(self, gated: int) -> None:
+        """A release round ended with ``gated`` pods still gated."""
+        self.gated_pods.set(gated)
+
+    def gang_released(self, reason: GangCode, waited: float) -> None:
+        """A pod's gate was lifted ``waited`` seconds after the pod was created."""
+        self.gang_releases.labels(reason.value).inc()
+        self.gang_wait.observe(waited)
+
+    def gang_timed_out(self) -> None:
+        self.gang_releases.labels(GangCode.TIMED_OUT.value).inc()

@@ -7,6 +7,10 @@ the node the plan chose (the Deployment's node selector names the plan's label v
 that node's token). Running is the kubelet's business and not the plan's. Pods being deleted
 (an old placement going away) are ignored, and so are pods of an older template (a resized
 instance whose old pod is still there); a missing pod (not created yet) counts as pending.
+
+A plan whose pods still carry the gang gate (``gang: plan``) is ``Waiting``, not ``Pending``: its
+pods are held back on purpose until every planned node has their cards, and the message says
+which node waits for which cards (the release decision's words, :mod:`.gang`, when known).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplan_operator.status import Readiness, Reason
+from planner import GANG_GATE
 
 
 class _PodIndex:
@@ -62,12 +67,27 @@ def _why_pending(pod: Mapping[str, Any]) -> str:
     return "not scheduled yet"
 
 
+def _gated(pod: Mapping[str, Any]) -> bool:
+    """Held back by the gang gate (a bound pod is past any gate, whatever its spec says)."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return False
+    return any(g.get("name") == GANG_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
 def readiness(
-    deployments: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], label_key: str, deploy: bool
+    deployments: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    label_key: str,
+    deploy: bool,
+    waiting: str | None = None,
 ) -> Readiness:
+    """``waiting``: why the plan's gated pods wait (the last release decision), if known."""
     if not deploy:
         return Readiness(True, Reason.NO_PODS, "deploy is false: the flamewakers ConfigMap is the output")
     live = _PodIndex([p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")])
+    if gated := sum(1 for p in live.pods if _gated(p)):
+        why = waiting or f"{gated} pod(s) gated until every planned node has the cards for them"
+        return Readiness(False, Reason.WAITING, why)
     want = scheduled = 0
     pending: list[str] = []
     misplaced: list[str] = []

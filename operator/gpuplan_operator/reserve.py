@@ -21,11 +21,11 @@ Units follow the planner's snapshot: cards for extended resources, millicores fo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpuplan_operator.body import PlanBody
-from planner import MANAGED_BY, PLAN_LABEL, Allocation, is_plan_label_key, plan_labels
+from planner import MANAGED_BY, PLAN_LABEL, Allocation, Gang, is_plan_label_key, plan_labels
 
 Units = dict[str, dict[str, int]]  # node -> resource name -> units
 
@@ -71,6 +71,20 @@ def reserved_by_others(plans: Iterable[PlanBody], uid: str) -> Units:
 
 def plan_keys(plans: Iterable[PlanBody]) -> set[str]:
     return {plan.label_key for plan in plans if plan.name and plan.namespace}
+
+
+def leaving_pods_hold(plans: Iterable[PlanBody]) -> bool:
+    """Do the pods of plans that are gone hold their cards for planning? Only while some plan
+    deploys without the gang gate (``gang: none``): its pods would be created onto cards still
+    taken. Plans with the gate are planned onto those cards, and their new pods stay gated until
+    the leaving ones are gone; the leaving pods' going then changes nothing planning reads."""
+    return any(p.deploy and p.spec.get("gang") == Gang.NONE.value and not p.deleting for p in plans)
+
+
+def owners_of_deployed_pods(plans: Sequence[PlanBody]) -> set[tuple[str, str]] | None:
+    """:func:`plan_owners` when leaving pods hold their cards (:func:`leaving_pods_hold`), else
+    None (every pod the operator deployed is left out of the snapshot)."""
+    return plan_owners(plans) if leaving_pods_hold(plans) else None
 
 
 def plan_owners(plans: Iterable[PlanBody]) -> set[tuple[str, str]]:

@@ -27,6 +27,11 @@ they are never swallowed silently.
 
 Metrics (:mod:`.metrics`) are recorded here and in :mod:`.apply`: each reconcile by its
 :class:`~.metrics.Trigger`, its duration and the planner's, the status it ends with, every write.
+
+All-or-nothing deploys are one more action of the cycle, :meth:`PlanService.release_gates`: a
+round of :class:`~.release.GateKeeper` over the cycle's snapshot of nodes and pods, then an Event
+for each plan whose decision changed; the ``Ready`` condition quotes the last decision's reason
+while pods are gated.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -45,10 +50,12 @@ from gpuplan_operator import cluster, reserve
 from gpuplan_operator import status as st
 from gpuplan_operator.apply import perform
 from gpuplan_operator.body import PlanBody
+from gpuplan_operator.gang import GangCode, GangDecision
 from gpuplan_operator.kube import KubeApi, api_error_message
 from gpuplan_operator.metrics import PLAN_STATUS, Metrics, Trigger
 from gpuplan_operator.readiness import readiness
-from gpuplan_operator.status import Phase, Reason
+from gpuplan_operator.release import GANG_TIMEOUT, GateKeeper
+from gpuplan_operator.status import Phase, Readiness, Reason
 from gpuplan_operator.watch import NODE_GRACE, planning_view, utcnow
 from gpuplan_operator.writes import Changes, OwnershipConflict, Step, Write, apply_writes, cleanup_writes
 from planner import (
@@ -89,6 +96,7 @@ class Options:
     ready_poll: float = 2.0  # while pods are pending, check readiness this often
     priority_base: int = PRIORITY_BASE  # an N-card PriorityClass has the value base + N·1000
     node_grace: float = NODE_GRACE  # a node not Ready this long is planned as unschedulable
+    gang_timeout: float = GANG_TIMEOUT  # released pods not scheduled this long: re-plan around the cause
 
 
 @dataclass
@@ -132,6 +140,8 @@ class PlanService:
         self.clock = clock
         self.metrics = metrics if metrics is not None else Metrics()
         self.lock = threading.Lock()
+        self.gates = GateKeeper(kube, self.metrics, options.gang_timeout)
+        self._gang_codes: dict[str, GangCode] = {}  # namespace/name -> the last decision's code (events)
         self._took: dict[str, float] = {}  # seconds per stage of the reconcile in progress, for its log line
         self._lock_wait = 0.0  # seconds the reconcile in progress waited for the lock
         # set by the cycle: where a plan's pods come from (its cache), and who hears of each status
@@ -265,7 +275,8 @@ class PlanService:
 
         self._took = {"lock wait": self._lock_wait}
         started = time.perf_counter()
-        pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), reserve.plan_owners(read.plans))
+        owners = reserve.owners_of_deployed_pods(read.plans)
+        pods = reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), owners)
         at = utcnow()
         nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
         try:
@@ -425,7 +436,8 @@ class PlanService:
             applied["devices"] = devices
         if zones := reserve.applied_zones(result.allocations, names):
             applied["zones"] = zones
-        ready = readiness(desired.deployments, pods, desired.label_key, spec.deploy)
+        waiting = self.gates.waiting(plan.namespace, plan.name)
+        ready = readiness(desired.deployments, pods, desired.label_key, spec.deploy, waiting)
         new = st.applied_status(plan.status, plan.generation, result, applied, ready, now)
         if prepared.shared is not None:
             new = st.shared_status(plan.status, new, prepared.shared, now)
@@ -489,7 +501,7 @@ class PlanService:
             return Outcome(Phase(phase), str(old.get("message") or ""), stale=stale)
         deployments = cluster.list_plan_deployments(self.kube, namespace, name) if plan.deploy else []
         pods = cluster.list_plan_pods(self.kube, namespace, name) if plan.deploy else []
-        ready = readiness(deployments, pods, plan.label_key, plan.deploy)
+        ready = readiness(deployments, pods, plan.label_key, plan.deploy, self.gates.waiting(namespace, name))
         with self.lock:
             current = self._live_plan(namespace, name)
             if current is None:
@@ -516,7 +528,8 @@ class PlanService:
         if plan.deploy:
             deployments = cluster.list_plan_deployments(self.kube, plan.namespace, plan.name)
             pods = self._plan_pods(plan)
-        ready = readiness(deployments, pods, plan.label_key, plan.deploy)
+        waiting = self.gates.waiting(plan.namespace, plan.name)
+        ready = readiness(deployments, pods, plan.label_key, plan.deploy, waiting)
         generation = int(old.get("observedGeneration") or 0)
         new = st.with_readiness(old, ready, generation, self.clock())
         if self._write_status(plan, new):
@@ -524,6 +537,42 @@ class PlanService:
             if ready.ready:
                 self.events(plan, "Normal", Reason.READY, ready.message)
         return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready, stale=stale)
+
+    # --- all-or-nothing deploys ---------------------------------------------------------------
+
+    def release_gates(
+        self, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], plans: Sequence[PlanBody]
+    ) -> list[GangDecision]:
+        """The cycle's release action (lock held): one round of the gang gates over the cycle's
+        snapshot, and an Event where a plan's decision changed. The cycle re-plans the plans for
+        which :meth:`gang_timed_out` says so."""
+        decisions = self.gates.decide_and_release(nodes, pods, plans)
+        seen = {d.plan for d in decisions}
+        for key in [k for k in self._gang_codes if k not in seen]:
+            del self._gang_codes[key]
+        live = {p.ref: p for p in plans if not p.deleting}
+        for decision in decisions:
+            before = self._gang_codes.get(decision.plan)
+            self._gang_codes[decision.plan] = decision.code
+            if decision.code is GangCode.IDLE or (decision.code is before and not decision.releases):
+                continue
+            plan = live.get(decision.plan)
+            if plan is None:  # pods of no plan that is still there
+                continue
+            warn = decision.code in (GangCode.WAITING, GangCode.TIMED_OUT)
+            self.events(plan, "Warning" if warn else "Normal", decision.code.value, decision.message)
+        return decisions
+
+    def gang_timed_out(self, plan: PlanBody, decision: GangDecision) -> bool:
+        """Released pods were not scheduled in time: ``Ready`` says so (lock held); True when the
+        plan should be re-planned now (once per timeout)."""
+        if not self.gates.should_replan(decision):
+            return False
+        generation = int(plan.status.get("observedGeneration") or 0)
+        ready = Readiness(False, Reason.GANG_TIMED_OUT, decision.message)
+        self._write_status(plan, st.with_readiness(plan.status, ready, generation, self.clock()))
+        log.warning("%s: %s", decision.plan, decision.message)
+        return True
 
     # --- deletion ---------------------------------------------------------------------------
 

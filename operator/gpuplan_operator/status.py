@@ -54,6 +54,9 @@ class Reason(StrEnum):
     PREEMPTED = "Preempted"  # not admitted: plans before it hold the cards it needs (named)
     SHRUNK = "Shrunk"  # event: elastic requests gave cards to plans before it
     GREW = "Grew"  # event: elastic requests took cards that came free
+    WAITING = "Waiting"  # gang: pods gated until every planned node has their cards
+    GANG_TIMED_OUT = "TimedOut"  # gang: released pods not scheduled in time; re-planned around it
+    RELEASED = "Released"  # event: the plan's gated pods were released together
 
 
 OUR_KEYS = (

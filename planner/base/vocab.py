@@ -26,6 +26,9 @@ GPU_TYPE_LABEL = f"{DOMAIN}/gpu-type"  # the default resource model selects node
 PLAN_LABEL = f"{DOMAIN}/plan"  # on every namespaced object a plan writes: the plan's name
 FLAMEWAKER_LABEL = f"{DOMAIN}/flamewaker"  # on a Deployment's pods: which flamewaker entry
 PART_ANNOTATION = f"{DOMAIN}/part"  # "2/3" on the parts of a plan's flamewakers ConfigMap
+# the scheduling gate every pod of a ``gang: plan`` plan is created with; the operator lifts it
+GANG_GATE = f"{DOMAIN}/gang"
+RELEASED_ANNOTATION = f"{DOMAIN}/released"  # on a pod whose gate the operator lifted: when (RFC 3339)
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuplan"}
 PRIORITY_PREFIX = "ragnaros-cluster-critical-"
 SEED_KEY = "ragnaros_operator_config"  # the product's own JSON configuration

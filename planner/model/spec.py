@@ -53,6 +53,13 @@ class LinkStrategy:
         return count, False
 
 
+class Gang(StrEnum):
+    """``spec.gang``: whether a plan's pods start together (all-or-nothing) or as they come."""
+
+    PLAN = "plan"  # every pod starts gated; the operator lifts the gates when all of them fit
+    NONE = "none"  # no gate: kube-scheduler binds each pod as soon as it sees it
+
+
 class ResourceKind(StrEnum):
     GPU = "GPU"  # cards: split into instances by the request's strategy
     CPU = "CPU"  # cores: one instance per request, with all its cores
@@ -179,6 +186,7 @@ class PlanSpec:
     image: str = "ragnaros/flamewaker:latest"
     topology_attribute: str = STANDARD_DOMAIN  # the device attribute whose value is a GPU's domain
     priority: int = 0  # plans planned together: a higher priority is admitted and grows first
+    gang: Gang = Gang.PLAN  # all-or-nothing deploys: the plan's pods carry a scheduling gate
 
     @cached_property
     def _by_name(self) -> tuple[dict[str, ResourceType], dict[str, OperatorSpec]]:

@@ -16,6 +16,12 @@ instance where the plan did. ``priorityClassName: ragnaros-cluster-critical-N`` 
 instances schedule, and preempt, first: pods of 5, 4, 4 and 3 cards placed one at a time on two
 8-card nodes could otherwise strand each other.
 
+All-or-nothing (``gang: plan``, the default): every pod spec (the entry's ``podAttributes`` and
+each Deployment's template) carries the scheduling gate ``gpuplan.ragnaros.io/gang``. A gate can
+only be removed from a pod, never added, so it must be there from creation; kube-scheduler leaves
+a gated pod alone, and the operator lifts the gates of a plan's pods together once every one of
+them has the free cards on its planned node. ``gang: none`` renders no gate.
+
 Link services follow their operator's ``linkStrategy``: shared link services run as
 extra operators in the key service's flamewaker (one per started link), detached ones get
 flamewakers of one card each, pinned to the same node. A link service listed by several operators
@@ -38,6 +44,7 @@ from planner.base.errors import InvalidInput
 from planner.base.quantity import cpus_text
 from planner.base.vocab import (
     FLAMEWAKER_LABEL,
+    GANG_GATE,
     MANAGED_BY,
     PART_ANNOTATION,
     PLAN_LABEL,
@@ -55,7 +62,7 @@ from planner.base.vocab import (
 from planner.model.devices import Device
 from planner.model.options import TypeProblem
 from planner.model.result import PlanResult, zones_text
-from planner.model.spec import OperatorSpec, PlanSpec, ResourceKind, ResourceType
+from planner.model.spec import Gang, OperatorSpec, PlanSpec, ResourceKind, ResourceType
 from planner.node.pods import layout, pod_cpu
 
 
@@ -114,6 +121,8 @@ def _entry(
         pod["priorityClassName"] = priority_class_name(units, spec.priority)
     if spec.tolerations:
         pod["tolerations"] = [{k: v for k, v in vars(t).items() if v is not None} for t in spec.tolerations]
+    if spec.gang is Gang.PLAN:  # a gate can only be there from creation: it is in every pod's spec
+        pod["schedulingGates"] = [{"name": GANG_GATE}]
     resources: dict[str, Any] = {"limits": {resource.resource_name: units}}
     if cpu:  # requests = limits: a Guaranteed pod gets exclusive CPUs of its GPUs' NUMA node
         resources["limits"]["cpu"] = cpus_text(cpu)
@@ -395,7 +404,7 @@ def _deployments(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict
             ],
             "nodeSelector": pod.get("nodeSelector", {}),
         }
-        for key in ("priorityClassName", "tolerations", "resourceClaims"):
+        for key in ("priorityClassName", "tolerations", "resourceClaims", "schedulingGates"):
             if key in pod:
                 pod_spec[key] = pod[key]
         out.append(

@@ -23,6 +23,7 @@ from planner.model.devices import STANDARD_DOMAIN
 from planner.model.spec import (
     NUMA_SHARE,
     CpuRequest,
+    Gang,
     LinkStrategy,
     Node,
     OperatorSpec,
@@ -130,6 +131,9 @@ def parse_spec(spec: Mapping[str, Any], name: str, namespace: str, ranges: bool 
         raise InvalidInput(
             "topologyAttribute", "must be a device attribute's name, e.g. resource.kubernetes.io/numaNode"
         )
+    gang = spec.get("gang", Gang.PLAN.value)
+    if not isinstance(gang, str) or gang not in {g.value for g in Gang}:
+        raise InvalidInput("gang", f"must be {one_of(g.value for g in Gang)}, got {gang!r}")
     return PlanSpec(
         name=name,
         namespace=namespace,
@@ -143,6 +147,7 @@ def parse_spec(spec: Mapping[str, Any], name: str, namespace: str, ranges: bool 
         image=image,
         topology_attribute=attribute,
         priority=_priority(spec.get("priority")),
+        gang=Gang(gang),
     )
 
 

@@ -71,6 +71,9 @@ NEEDED = [
     ("", "nodes", "patch", True),
     # cluster.list_active_pods (all namespaces), cluster.list_plan_pods
     ("", "pods", "list", True),
+    ("", "pods", "watch", True),  # a watch-fed cache of the pods
+    # cluster.release_gate: lifts the gang gate of the plans' pods
+    ("", "pods", "patch", False),
     # cluster.read_priority_class/list_managed_priority_classes/apply_object/delete_priority_classes
     ("scheduling.k8s.io", "priorityclasses", "get", True),
     ("scheduling.k8s.io", "priorityclasses", "list", True),

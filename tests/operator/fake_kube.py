@@ -1,4 +1,5 @@
-"""An in-memory API server good enough for the operator's service: GET, list, merge patch, apply, delete.
+"""An in-memory API server good enough for the operator's service: GET, list, merge patch, JSON patch
+(test, add, replace, remove), apply, delete.
 
 It speaks the same paths as :class:`gpuplan_operator.kube.Kube` and records every write, so tests
 can assert "nothing was written" exactly. Only ``request`` is faked: the verbs on top of it (get,
@@ -14,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from gpuplan_operator.kube import APPLY_PATCH, MERGE_PATCH, RestVerbs
+from gpuplan_operator.kube import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, RestVerbs
 from kubernetes.client.exceptions import ApiException
 
 _rv = itertools.count(1)
@@ -29,6 +30,25 @@ def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
         else:
             target[k] = copy.deepcopy(v)
     return target
+
+
+def _json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    """RFC 6902 on ``target``, all or nothing: a failed ``test`` is a 422 and changes nothing."""
+    work = copy.deepcopy(target)
+    for op in ops:
+        *parents, last = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
+        at = work
+        for key in parents:
+            at = at[key]
+        if op["op"] == "test":
+            if at.get(last) != op["value"]:
+                raise ApiException(status=422, reason="test failed")
+        elif op["op"] in ("add", "replace"):
+            at[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            del at[last]
+    target.clear()
+    target.update(work)
 
 
 def _selected(obj: Mapping[str, Any], selector: str | None) -> bool:
@@ -147,9 +167,14 @@ class FakeKube(RestVerbs):
                 del obj["globalDefault"]
             self.objects[(collection, name)] = obj
             return copy.deepcopy(obj)
-        assert content_type == MERGE_PATCH
-        if current is None:
+        if current is None and content_type in (MERGE_PATCH, JSON_PATCH):
             raise ApiException(status=404, reason="Not Found")
+        assert current is not None
+        if content_type == JSON_PATCH:
+            _json_patch(current, body)
+            current["metadata"]["resourceVersion"] = str(next(_rv))
+            return copy.deepcopy(current)
+        assert content_type == MERGE_PATCH
         if sub == "status":
             current["status"] = _merge(current.get("status") or {}, body.get("status") or {})
         else:

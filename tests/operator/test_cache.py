@@ -13,6 +13,7 @@ from gpuplan_operator.cache import trim
 from gpuplan_operator.cache.caches import ClusterCache, _node_fp, deep_size
 from gpuplan_operator.cache.informer import Informer
 from gpuplan_operator.cache.store import Store
+from gpuplan_operator.gang import NodeIndex, read_pod
 from gpuplan_operator.kube import JSON, WatchSilent
 
 from planner import snapshot
@@ -57,6 +58,32 @@ def test_pods_kept_are_the_bound_unfinished_ones_and_every_pod_of_a_plan() -> No
         False,
         False,
     ]
+
+
+def test_the_gang_release_reads_trimmed_pods_as_whole_ones() -> None:
+    """Pods no plan labels but the gang release looks after are kept (a gated pod Ragnaros made
+    from values.yaml, a released one not bound yet); an unbound pod keeps its gates and every
+    annotation (the gate's patch tests the pod as read), a bound one drops them."""
+    selector = {"gpuplan.ragnaros.io/ns.p": "n0"}
+    gated = pod("g", "", 2, schedulingGates=[{"name": "gpuplan.ragnaros.io/gang"}], nodeSelector=selector)
+    gated["spec"].pop("nodeName")
+    gated["metadata"]["annotations"] = {"team": "x"}
+    released = pod("r", "", 2, nodeSelector=selector)
+    released["spec"].pop("nodeName")
+    released["metadata"]["annotations"] = {"gpuplan.ragnaros.io/released": "2026-01-02T03:04:05Z"}
+    bound = pod("b", "n0", 2)
+    bound["metadata"]["annotations"] = {"team": "x"}
+    assert [trim.pod_kept(p) for p in (gated, released, bound)] == [True, True, True]
+    assert trim.pod(gated)["metadata"]["annotations"] == {"team": "x"}
+    assert "annotations" not in trim.pod(bound)["metadata"]
+    n0 = node("n0")
+    n0["metadata"]["labels"].update(selector)
+    index = NodeIndex([n0])
+    for whole in (gated, released, bound):
+        assert read_pod(trim.pod(whole), index) == read_pod(whole, index)
+    seen = read_pod(trim.pod(gated), index)
+    assert (seen.gated, seen.planned, seen.group) == (True, "n0", "gpuplan.ragnaros.io/ns.p")
+    assert read_pod(trim.pod(released), index).released is not None
 
 
 def test_a_store_reports_only_changes_that_matter_and_ignores_older_versions() -> None:

@@ -145,3 +145,57 @@ def test_an_elastic_plan_shrinks_for_a_higher_one_and_grows_back_when_it_is_gone
     cache.plans.replace(kube.request("GET", f"/{PLANS_NS}")["items"])
     assert "ns/flex" in cycle.run().planned
     assert status_of(kube, "flex")["cardsPlaced"] == 32
+
+
+POD_NS = "api/v1/namespaces/ns/pods"
+
+
+def gang_pod(name: str, node_name: str, rv: str) -> dict[str, Any]:
+    """A gated pod of plan ``g``, pinned to ``node_name`` by its node selector."""
+    pod: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "resourceVersion": rv,
+            "labels": {"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": "g"},
+            "ownerReferences": [{"kind": "ReplicaSet", "name": f"rs-{name}", "controller": True}],
+        },
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node_name},
+            "schedulingGates": [{"name": "gpuplan.ragnaros.io/gang"}],
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+    return pod
+
+
+def test_the_cycle_releases_a_plans_gates_together_once_every_node_has_room() -> None:
+    kube = cluster(node("p4-0"), node("p4-1"))
+    for i in range(2):
+        kube.put(POD_NS, gang_pod(f"g-{i}", f"p4-{i}", str(100 + i)))
+    foreign = {
+        "metadata": {"name": "foreign", "namespace": "ns", "resourceVersion": "1"},
+        "spec": {
+            "nodeName": "p4-1",
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    kube.put(POD_NS, foreign)
+    cycle, cache = cycle_on(kube)
+
+    cycle.run()  # p4-1 lacks 4 cards: neither pod leaves its gate
+    assert not [w for w in kube.writes if "/pods/" in w[1]]
+    assert "p4-1 needs 8 nvidia.com/gpu, 4 free" in (cycle.service.gates.waiting("ns", "g") or "")
+
+    del kube.objects[(POD_NS, "foreign")]
+    assert cache.pods.replace(kube.request("GET", "/api/v1/pods")["items"])  # what the watch would say
+    cycle.run()
+    lifted = sorted(w[1].rsplit("/", 1)[-1] for w in kube.writes if "/pods/" in w[1])
+    assert lifted == ["g-0", "g-1"]
+    for i in range(2):
+        pod = kube.get_obj(POD_NS, f"g-{i}") or {}
+        assert "schedulingGates" not in pod["spec"]
+        assert "gpuplan.ragnaros.io/released" in pod["metadata"]["annotations"]
+    assert cycle.service.gates.waiting("ns", "g") is None

@@ -68,3 +68,19 @@ def test_a_pod_of_the_old_size_does_not_count() -> None:
 
 def test_without_deploy_there_is_nothing_to_schedule() -> None:
     assert readiness([], [], KEY, False).ready
+
+
+def test_gated_pods_make_the_plan_wait_with_the_decisions_words() -> None:
+    gated = pod("p1", "d1", None)
+    gated["spec"]["schedulingGates"] = [{"name": "gpuplan.ragnaros.io/gang"}]
+    deps = [deployment("d1", 1, "n1")]
+    said = readiness(deps, [gated], KEY, deploy=True, waiting="n1 needs 8 nvidia.com/gpu, 2 free")
+    assert (said.ready, said.reason, said.message) == (False, "Waiting", "n1 needs 8 nvidia.com/gpu, 2 free")
+    unsaid = readiness(deps, [gated], KEY, deploy=True)
+    assert unsaid.reason == "Waiting" and unsaid.message.startswith("1 pod(s) gated")
+
+
+def test_a_released_pod_pending_is_pending_not_waiting() -> None:
+    released = pod("p1", "d1", None)
+    said = readiness([deployment("d1", 1, "n1")], [released], KEY, deploy=True, waiting="stale words")
+    assert said.reason == "Pending"

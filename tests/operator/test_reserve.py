@@ -130,3 +130,14 @@ def test_pods_of_a_plan_that_is_gone_hold_their_cards_until_they_go() -> None:
         p["metadata"]["name"] for p in reserve.foreign_pods(doc, reserve.plan_keys(live), owners)["items"]
     ] == ["b-0"]
     assert reserve.orphans(doc, owners) == frozenset({("ns", "b-0")})
+
+
+def test_leaving_pods_hold_their_cards_only_while_a_plan_deploys_without_the_gate() -> None:
+    gated = bodies(plan("a", deploy=True), plan("b", deploy=True, gang="plan"))
+    assert not reserve.leaving_pods_hold(gated)
+    assert reserve.owners_of_deployed_pods(gated) is None  # planned onto: the gates wait for them
+    ungated = bodies(plan("a", deploy=True), plan("c", deploy=True, gang="none"))
+    assert reserve.leaving_pods_hold(ungated)
+    assert reserve.owners_of_deployed_pods(ungated) == reserve.plan_owners(ungated)
+    # a gang: none plan that deploys nothing creates no pod that could land on taken cards
+    assert not reserve.leaving_pods_hold(bodies(plan("a", deploy=True), plan("d", deploy=False, gang="none")))

@@ -39,10 +39,13 @@ PLANNING_KINDS = frozenset({NODES, SLICES, TOPOLOGIES})  # a change that matters
 
 
 def _pod_fingerprint(pod: Mapping[str, Any]) -> Any:
-    """What readiness and the cards held look at: node, phase, being deleted, the template."""
+    """What readiness, the cards held and the gang release look at: node, phase, being deleted,
+    gated."""
     meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
     status = pod.get("status") or {}
-    return ((pod.get("spec") or {}).get("nodeName"), status.get("phase"), bool(meta.get("deletionTimestamp")))
+    gated = bool(spec.get("schedulingGates"))
+    return (spec.get("nodeName"), status.get("phase"), bool(meta.get("deletionTimestamp")), gated)
 
 
 def _plan_fingerprint(plan: Mapping[str, Any]) -> Any:
@@ -145,6 +148,11 @@ class ClusterCache:
             claims=doc(self.claims.items()) if self.slices.served and self.claims.served else None,
             topologies=doc(self.topologies.items()) if self.topologies.served else None,
         )
+
+    def gang_pods(self) -> list[dict[str, Any]]:
+        """Every pod the gang release reads: bound ones (Terminating too: they hold their cards
+        until they are gone) and those not bound yet (gated, or released and on their way)."""
+        return self.pods.items()
 
     def plan_pods(self, labels: Mapping[str, str]) -> list[dict[str, Any]]:
         """The pods carrying every one of ``labels`` (a plan's, for readiness)."""

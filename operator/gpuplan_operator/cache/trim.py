@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from planner import MANAGED_BY
+from planner import GANG_GATE, MANAGED_BY, RELEASED_ANNOTATION
 
 JSON = dict[str, Any]
 Trim = Callable[[Mapping[str, Any]], JSON]
@@ -63,7 +63,9 @@ def managed(obj: Mapping[str, Any]) -> bool:
 
 
 def pod(obj: Mapping[str, Any]) -> JSON:
-    """Where the pod runs, what it asks for, its node selector, phase and PodScheduled."""
+    """Where the pod runs, what it asks for, its node selector, phase and PodScheduled; for a pod
+    not bound yet also its scheduling gates and annotations (the gang release reads the gate and
+    when it was lifted, and patches the pod as it was read: it must see every annotation)."""
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     out_spec: JSON = {
@@ -74,20 +76,36 @@ def pod(obj: Mapping[str, Any]) -> JSON:
     for key in ("nodeName", "nodeSelector"):
         if spec.get(key):
             out_spec[key] = spec[key]
+    unbound = not spec.get("nodeName")
+    if unbound and spec.get("schedulingGates"):
+        out_spec["schedulingGates"] = [dict(g) for g in spec["schedulingGates"]]
     out_status: JSON = {k: status[k] for k in ("phase",) if k in status}
     scheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
     if scheduled:
         out_status["conditions"] = scheduled
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(obj), "spec": out_spec, "status": out_status}
+    meta = _meta(obj, annotations=unbound)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": out_spec, "status": out_status}
+
+
+def gang_pending(obj: Mapping[str, Any]) -> bool:
+    """Not bound and either carrying the gang gate or released by the operator (pods Ragnaros
+    creates from a plan's values.yaml are not labelled as the operator's, and still count)."""
+    spec = obj.get("spec") or {}
+    if spec.get("nodeName"):
+        return False
+    if any(g.get("name") == GANG_GATE for g in spec.get("schedulingGates") or []):
+        return True
+    return RELEASED_ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {})
 
 
 def pod_kept(obj: Mapping[str, Any]) -> bool:
     """Pods worth a place in the cache: every unfinished pod a plan deployed (readiness wants the
-    pending ones too), and every other pod bound to a node and unfinished (it holds cards)."""
+    pending ones too), every other pod bound to a node and unfinished (it holds cards, Terminating
+    or not), and every pod the gang release looks after (:func:`gang_pending`)."""
     phase = (obj.get("status") or {}).get("phase")
     if phase in ("Succeeded", "Failed"):
         return False
-    return managed(obj) or bool((obj.get("spec") or {}).get("nodeName"))
+    return managed(obj) or bool((obj.get("spec") or {}).get("nodeName")) or gang_pending(obj)
 
 
 def whole(obj: Mapping[str, Any]) -> JSON:

@@ -6,7 +6,11 @@ Notes
 the cluster with no participating plan's cards counted, and asks :func:`planner.plan_together`
 for every plan at once: admission by priority, growth of elastic requests by priority, score,
 fewest moves. Plans that do not take part keep what they hold: a plan whose spec is invalid, a
-dry run, a plan being deleted. Their applied cards are reserved in the snapshot.
+dry run, a plan being deleted. Their applied cards are reserved in the snapshot. The pods of a
+plan that is gone hold their cards while some plan deploys without the gang gate (``gang:
+none``): its pods would be created onto cards still taken. Otherwise they are planned onto: the
+new pods stay gated until the leaving ones are gone (:mod:`..release`), and start moments after
+(:func:`~gpuplan_operator.reserve.leaving_pods_hold`).
 
 *Hand over*: each plan's result is rendered and its writes computed (pure, :mod:`..writes`)
 first; a plan whose status already says its answer is left alone. Then every plan's
@@ -52,9 +56,10 @@ def joint_snapshot(
     that do not take part hold is reserved. Raises ``InvalidInput`` (e.g. no nodes at all)."""
     inside = {t.plan.uid for t in taking}
     outside = [p for p in read.plans if p.uid not in inside]
+    owners = reserve.owners_of_deployed_pods(read.plans)
     return snapshot(
         {**read.nodes, "items": list(nodes)},
-        reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), reserve.plan_owners(read.plans)),
+        reserve.foreign_pods(read.pods, reserve.plan_keys(read.plans), owners),
         reserve.reserved_by_others(outside, ""),
         slices_doc=read.slices,
         claims_doc=reserve.foreign_claims(read.claims),

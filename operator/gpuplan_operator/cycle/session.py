@@ -9,7 +9,12 @@ is :meth:`~gpuplan_operator.cache.caches.ClusterCache.read`. Plans are visited i
 given (their status goes into the cache as soon as it is written) and what the plans after it
 hold now. A plan whose :class:`~.order.Inputs` did not change is neither planned nor written.
 
-After the plans, the readiness of applied plans whose pods changed (or which were not Ready)
+After the plans, the gang gates' release (:mod:`~gpuplan_operator.release`): from the same
+snapshot's nodes and the pods cache (bound pods, Terminating ones, gated ones and released ones
+on their way), the gated pods of a plan are released together once every planned node has their
+cards. A plan whose released pods were not scheduled in time is re-planned by the next cycle.
+
+Then the readiness of applied plans whose pods changed (or which were not Ready)
 is checked against the pods' cache. A failed plan (``Error``) is tried again after a backoff,
 an ``Infeasible`` one every ``resync`` even when nothing it reads changed (what it misses may
 be a pod outside every plan finishing).
@@ -36,6 +41,8 @@ from gpuplan_operator.cluster import ClusterRead
 from gpuplan_operator.cycle.actions import Taking, allocate, hand_over, joint_snapshot
 from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others, pods_fingerprint
 from gpuplan_operator.follow import backoff
+from gpuplan_operator.gang import GangCode, is_gated
+from gpuplan_operator.kube import api_error_message
 from gpuplan_operator.metrics import Trigger
 from gpuplan_operator.service import Outcome, PlanService
 from gpuplan_operator.status import Phase
@@ -50,6 +57,7 @@ _TRIGGERS = {
     "cluster": Trigger.NODES_CHANGED,
     "plans": Trigger.PLANS_CHANGED,
     "retry": Trigger.RETRY,
+    "gang": Trigger.GANG_TIMEOUT,
 }
 
 
@@ -91,6 +99,7 @@ class Cycle:
         self.namespaces = frozenset(namespaces)
         self.options = service.options
         self.memory: dict[str, _Memory] = {}
+        self.replan: set[str] = set()  # uids the gang release asked to re-plan (timed out)
         service.pods_source = lambda plan: cache.plan_pods(plan.labels)
         service.on_status = cache.assume_plan
 
@@ -110,7 +119,8 @@ class Cycle:
             else:
                 report.soon(grace - (now - since).total_seconds() + 0.5)
         c = self.cache
-        left = reserve.orphans(read.pods, reserve.plan_owners(read.plans))
+        owners = reserve.owners_of_deployed_pods(read.plans)
+        left = reserve.orphans(read.pods, owners) if owners is not None else frozenset()
         return (c.nodes.changes, c.slices.changes, c.topologies.changes, tuple(sorted(down)), left)
 
     def run(self) -> Report:
@@ -137,6 +147,8 @@ class Cycle:
             self._settle({p.uid: p for p in order if p.uid in due}, cluster)
             planned = time.perf_counter()
             fresh = {p.uid: self.cache.plan(p.namespace, p.name) or p for p in read.plans}
+            self._release(read, [p for p in fresh.values() if self.serves(p)], report)
+            released = time.perf_counter()
             report.checked = self._readiness(fresh, set(report.planned), report)
             done = time.perf_counter()
         planner = report.took.get("plan", 0.0)
@@ -145,7 +157,8 @@ class Cycle:
             "snapshot": snapped - locked,
             "plan": planner,
             "write": planned - snapped - planner,
-            "readiness": done - planned,
+            "release": released - planned,
+            "readiness": done - released,
         }
         self.service.metrics.cycle(report.stages, len(report.planned))
         if report.planned:
@@ -164,6 +177,8 @@ class Cycle:
             memory = self.memory.setdefault(plan.uid, _Memory())
             inputs = Inputs(plan.generation, cluster, held_by_others(read.plans, plan.uid))
             changed = inputs.why_changed(memory.inputs)
+            if changed is None and plan.uid in self.replan:
+                changed = "gang"
             if changed is None and memory.phase in (Phase.ERROR, Phase.INFEASIBLE):
                 if time.monotonic() >= memory.retry_at:
                     changed = "retry"
@@ -171,6 +186,7 @@ class Cycle:
                     report.soon(memory.retry_at - time.monotonic())
             if changed is not None:
                 why[plan.uid] = changed
+        self.replan.clear()
         if not why:
             return why
         return {p.uid: why.get(p.uid, "plans") for p in order}
@@ -263,6 +279,28 @@ class Cycle:
 
     def _pods(self, plan: PlanBody) -> frozenset[Any]:
         return pods_fingerprint(self.cache.plan_pods(plan.labels)) if plan.deploy else frozenset()
+
+    def _release(self, read: ClusterRead, plans: list[PlanBody], report: Report) -> None:
+        """The gang gates' release: every plan's gated pods, from the caches the cycle read (the
+        pods as they are now: a pod bound since the snapshot holds its cards)."""
+        pods = self.cache.gang_pods()
+        if self.namespaces:  # other namespaces' gates are another operator's to lift
+            pods = [p for p in pods if not is_gated(p) or p["metadata"].get("namespace") in self.namespaces]
+        try:
+            decisions = self.service.release_gates(read.nodes["items"], pods, plans)
+        except ApiException as e:  # the API server is away: the next cycle decides again
+            log.warning("releasing gated pods failed (%s); again in a moment", api_error_message(e))
+            report.soon(self.options.ready_poll)
+            return
+        by_ref = {p.ref: p for p in plans}
+        for decision in decisions:
+            plan = by_ref.get(decision.plan)
+            timed_out = decision.code is GangCode.TIMED_OUT and plan is not None and not plan.deleting
+            if timed_out and plan is not None and self.service.gang_timed_out(plan, decision):
+                self.replan.add(plan.uid)
+                report.soon(0.0)
+        if self.service.gates.due_in is not None:
+            report.soon(self.service.gates.due_in)
 
     def _readiness(self, plans: Mapping[str, PlanBody], planned: set[str], report: Report) -> int:
         """Re-check ``Ready`` of applied plans whose pods changed, or that were not Ready (a plan

@@ -1,0 +1,350 @@
+"""Pure: which gated pods may start now (all-or-nothing deploys, ``spec.gang: plan``). No I/O.
+
+Notes
+-----
+A plan's pods are created with the scheduling gate ``gpuplan.ragnaros.io/gang``; kube-scheduler
+leaves a gated pod alone. This module decides, from plain cluster data, whose gates to lift:
+
+- **Together or not at all.** The gated pods of a plan are released in one step, and only when
+  every one of them has the free cards on its planned node (the one node its ``nodeSelector``
+  matches: the plan's own label pins it). Free is allocatable minus the requests of every bound
+  pod, Terminating ones included (a leaving pod holds its cards until it is gone), minus what
+  already-released pods that are not bound yet will take. Otherwise the plan is ``Waiting``, with
+  the node, the resource, the cards it needs and the cards free.
+- **A recreated pod goes alone.** A gated pod whose ReplicaSet already has a released pod (the
+  instance set was started before: a pod deleted, a node lost, a release half done when the
+  operator died) is released by itself as soon as its node has room. A re-plan that moves
+  instances makes new ReplicaSets, whose pods form a new group.
+- **One ledger for everyone.** Plans are decided in the order their oldest gated pod was created,
+  against one ledger of free cards, and each release takes its cards from it: two plans are never
+  released onto the same cards. A group that cannot start holds nothing back (no partial
+  reservation that could deadlock two plans).
+- **Safety net.** A released pod still not bound ``timeout`` seconds after its release means
+  something took its cards in between: the plan is ``TimedOut`` and should be re-planned around it.
+
+Everything is recomputed from the cluster each time (the release time is an annotation on the
+pod), so an operator restarted in the middle of a release finishes it. The outcome codes are the
+status reason, the Event reason and the metric label alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from planner import (
+    GANG_GATE,
+    PLAN_LABEL,
+    RELEASED_ANNOTATION,
+    InvalidInput,
+    is_plan_label_key,
+    parse_quantity,
+    pod_requests,
+)
+
+Units = dict[str, int]  # resource name -> units (cpu in millicores)
+
+
+class GangCode(StrEnum):
+    """What a decision says about a plan (status reason, Event reason, metric label)."""
+
+    RELEASED = "Released"  # every gated pod of the plan released together
+    RECREATED = "Recreated"  # a pod of an instance set that had started, released on its own
+    WAITING = "Waiting"  # some planned node lacks the cards: nothing of the group starts
+    TIMED_OUT = "TimedOut"  # released pods not bound within the timeout: re-plan around the thief
+    IDLE = "Idle"  # nothing gated, nothing overdue
+
+
+def parse_time(text: Any) -> float | None:
+    """RFC 3339 (``2026-01-02T03:04:05Z``) as epoch seconds; None when absent or unreadable."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class GangPod:
+    """A pod as the decision sees it."""
+
+    namespace: str
+    name: str
+    # its plan: ``namespace/name`` for a pod carrying the plan's label (Deployments), else the plan's
+    # node label key its nodeSelector names (pods Ragnaros makes from values.yaml); None: no plan's
+    group: str | None
+    unit: str  # what makes it (its ReplicaSet): siblings share it
+    gated: bool  # carries the gang gate
+    bound: str | None  # spec.nodeName
+    planned: str | None  # the one node its nodeSelector matches, if exactly one does
+    requests: Mapping[str, int] = field(hash=False)
+    terminating: bool = False
+    released: float | None = None  # when the operator lifted its gate
+    created: float | None = None
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def target(self) -> str | None:
+        """The node whose cards it holds or will take."""
+        return self.bound or self.planned
+
+
+class NodeIndex:
+    """Nodes by label, to find the one node a pod's ``nodeSelector`` pins it to."""
+
+    def __init__(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        self.allocatable: dict[str, Units] = {}
+        self._by_label: dict[tuple[str, str], list[str]] = {}
+        self._labels: dict[str, Mapping[str, str]] = {}
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            name = str(meta.get("name"))
+            labels = meta.get("labels") or {}
+            self._labels[name] = labels
+            for kv in labels.items():
+                self._by_label.setdefault(kv, []).append(name)
+            alloc = (node.get("status") or {}).get("allocatable") or {}
+            self.allocatable[name] = _units(alloc.items(), f"node {name}")
+
+    def pinned(self, selector: Mapping[str, str]) -> str | None:
+        if not selector:
+            return None
+        candidates = min((self._by_label.get(kv, []) for kv in selector.items()), key=len)
+        found = [n for n in candidates if all(self._labels[n].get(k) == v for k, v in selector.items())]
+        return found[0] if len(found) == 1 else None
+
+
+def _units(pairs: Iterable[tuple[str, Any]], where: str) -> Units:
+    out: Units = {}
+    for k, v in pairs:
+        try:
+            out[k] = parse_quantity(v, k, f"{where}: {k}")
+        except InvalidInput:
+            continue  # the API server validates quantities; an odd one counts as nothing
+    return out
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    return any(g.get("name") == GANG_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def read_pod(pod: Mapping[str, Any], nodes: NodeIndex) -> GangPod:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    try:
+        requests = pod_requests(pod)
+    except InvalidInput:
+        requests = {}
+    bound = spec.get("nodeName") or None
+    plan = (meta.get("labels") or {}).get(PLAN_LABEL)
+    selector = spec.get("nodeSelector") or {}
+    keys = sorted(k for k in selector if is_plan_label_key(k))
+    return GangPod(
+        namespace=str(meta.get("namespace")),
+        name=str(meta.get("name")),
+        group=f"{meta.get('namespace')}/{plan}" if plan else (keys[0] if keys else None),
+        unit=f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else f"Pod/{meta.get('name')}",
+        gated=is_gated(pod),
+        bound=bound,
+        planned=None if bound else nodes.pinned(selector),
+        requests=requests,
+        terminating=bool(meta.get("deletionTimestamp")),
+        released=parse_time((meta.get("annotations") or {}).get(RELEASED_ANNOTATION)),
+        created=parse_time(meta.get("creationTimestamp")),
+        resource_version=str(meta.get("resourceVersion") or ""),
+    )
+
+
+def _holds(pod: GangPod) -> bool:
+    """Does the pod hold (or is about to take) cards on a node?"""
+    if pod.bound:
+        return True  # bound, Terminating or not: the kubelet has not given its cards back
+    return not pod.gated and not pod.terminating and pod.released is not None and pod.planned is not None
+
+
+class Ledger:
+    """Free units per node: allocatable minus what pods hold; a release takes from it."""
+
+    def __init__(self, nodes: NodeIndex, pods: Iterable[GangPod]) -> None:
+        self.free: dict[str, Units] = {n: dict(a) for n, a in nodes.allocatable.items()}
+        for pod in pods:
+            node = pod.target
+            if node is not None and node in self.free and _holds(pod):
+                self._take(node, pod.requests)
+
+    def _take(self, node: str, requests: Mapping[str, int]) -> None:
+        slot = self.free[node]
+        for k, v in requests.items():
+            slot[k] = slot.get(k, 0) - v
+
+    def short(self, node: str, requests: Mapping[str, int]) -> list[tuple[str, int, int]]:
+        """(resource, needed, free) for every resource the node lacks; empty when it all fits."""
+        slot = self.free.get(node, {})
+        return [(k, v, slot.get(k, 0)) for k, v in sorted(requests.items()) if v > slot.get(k, 0)]
+
+    def take(self, node: str, requests: Mapping[str, int]) -> None:
+        if node in self.free:
+            self._take(node, requests)
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """A planned node that lacks what its gated pods need."""
+
+    node: str
+    resource: str
+    needed: int
+    free: int
+    pods: tuple[str, ...]
+
+    def text(self) -> str:
+        if not self.node and not self.pods:
+            return f"{self.needed} more pod(s) of the plan not created yet"
+        if not self.node:
+            return f"{', '.join(self.pods)}: no single node matches the pod's nodeSelector"
+        unit = "millicores " if self.resource == "cpu" else ""
+        return f"{self.node} needs {self.needed} {unit}{self.resource}, {max(self.free, 0)} free"
+
+
+@dataclass(frozen=True)
+class Release:
+    pod: GangPod
+    code: GangCode  # RELEASED (with its group) or RECREATED (alone)
+    waited: float  # seconds from the pod's creation to its release
+
+
+@dataclass(frozen=True)
+class GangDecision:
+    """What to do about one plan's gates now, and why."""
+
+    plan: str  # namespace/name (or, for pods without the plan's label, the plan's node label key)
+    code: GangCode
+    releases: tuple[Release, ...] = ()
+    short: tuple[Shortfall, ...] = ()
+    overdue: tuple[GangPod, ...] = ()
+    gated: int = 0  # gated pods before this decision
+
+    @property
+    def message(self) -> str:
+        if self.code is GangCode.TIMED_OUT:
+            names = ", ".join(p.name for p in self.overdue[:5])
+            return f"released pods not scheduled in time ({names}): re-planning around what took their cards"
+        if self.code is GangCode.WAITING:
+            waiting = self.gated - len(self.releases)
+            return f"{waiting} pod(s) gated until their nodes have the cards: " + "; ".join(
+                s.text() for s in self.short[:5]
+            )
+        if self.releases:
+            return f"released {len(self.releases)} gated pod(s) ({self.code})"
+        return "no gated pods"
+
+
+def decide(
+    pods: Sequence[GangPod], ledger: Ledger, now: float, timeout: float, expected: int | None = None
+) -> GangDecision:
+    """One plan's gated pods against the ledger (which the releases take their cards from).
+
+    ``expected``: how many pods the plan's Deployments want. Their ReplicaSets create pods over a
+    few seconds; a group is released only once all of them exist, or the first pods would start
+    without the rest. None (pods Ragnaros creates): the pods there are the group.
+    """
+    plan = (pods[0].group or "") if pods else ""
+    current = [p for p in pods if not p.terminating]
+    gated = sorted((p for p in current if p.gated), key=lambda p: (p.created or 0.0, p.name))
+    overdue = tuple(
+        p
+        for p in current
+        if not p.gated and not p.bound and p.released is not None and now - p.released > timeout
+    )
+    started = {p.unit for p in pods if not p.gated}
+    releases: list[Release] = []
+    short: list[Shortfall] = []
+
+    def waited(p: GangPod) -> float:
+        return max(0.0, now - p.created) if p.created is not None else 0.0
+
+    group = []
+    for pod in gated:
+        if pod.unit not in started:
+            group.append(pod)
+            continue
+        if pod.planned is None:
+            short.append(Shortfall("", "", 0, 0, (pod.name,)))
+        elif lacks := ledger.short(pod.planned, pod.requests):
+            short.extend(Shortfall(pod.planned, r, n, f, (pod.name,)) for r, n, f in lacks)
+        else:
+            ledger.take(pod.planned, pod.requests)
+            releases.append(Release(pod, GangCode.RECREATED, waited(pod)))
+
+    need: dict[str, Units] = {}
+    who: dict[str, list[str]] = {}
+    for pod in group:
+        if pod.planned is None:
+            short.append(Shortfall("", "", 0, 0, (pod.name,)))
+            continue
+        slot = need.setdefault(pod.planned, {})
+        for k, v in pod.requests.items():
+            slot[k] = slot.get(k, 0) + v
+        who.setdefault(pod.planned, []).append(pod.name)
+    group_short = [
+        Shortfall(node, r, n, f, tuple(who[node]))
+        for node in sorted(need)
+        for r, n, f in ledger.short(node, need[node])
+    ]
+    missing = max(0, expected - len(current)) if expected is not None else 0
+    if missing and group:
+        group_short.append(Shortfall("", "", missing, 0, ()))
+    if group and not group_short and not any(p.planned is None for p in group):
+        for node, units in need.items():
+            ledger.take(node, units)
+        releases.extend(Release(p, GangCode.RELEASED, waited(p)) for p in group)
+    short.extend(group_short)
+
+    if overdue:
+        code = GangCode.TIMED_OUT
+    elif short:
+        code = GangCode.WAITING
+    elif any(r.code is GangCode.RELEASED for r in releases):
+        code = GangCode.RELEASED
+    elif releases:
+        code = GangCode.RECREATED
+    else:
+        code = GangCode.IDLE
+    return GangDecision(plan, code, tuple(releases), tuple(short), overdue, len(gated))
+
+
+def decide_all(
+    plan_pods: Iterable[GangPod],
+    ledger: Ledger,
+    now: float,
+    timeout: float,
+    expected: Mapping[str, int] | None = None,
+) -> list[GangDecision]:
+    """Every plan with gated or released-but-unbound pods, oldest gated pod first, one ledger.
+
+    ``plan_pods`` may hold any pods: those of no plan are left out. ``expected``: plan -> the pods
+    its Deployments want (:func:`decide`)."""
+    by_plan: dict[str, list[GangPod]] = {}
+    for pod in plan_pods:
+        if pod.group is not None:
+            by_plan.setdefault(pod.group, []).append(pod)
+
+    def interesting(pods: list[GangPod]) -> bool:
+        return any(p.gated or (p.released is not None and not p.bound) for p in pods if not p.terminating)
+
+    def oldest(pods: list[GangPod]) -> tuple[float, str]:
+        times = [p.created or 0.0 for p in pods if p.gated and not p.terminating]
+        return (min(times) if times else now, pods[0].group or "")
+
+    todo = sorted((pods for pods in by_plan.values() if interesting(pods)), key=oldest)
+    wanted = expected or {}
+    return [decide(pods, ledger, now, timeout, wanted.get(pods[0].group or "")) for pods in todo]

@@ -1,0 +1,171 @@
+"""The gang gates' release action: decide (:mod:`.gang`) from the cycle's caches, lift gates.
+
+Notes
+-----
+The scheduling cycle calls :meth:`GateKeeper.decide_and_release` once per cycle, after the plans'
+writes and before readiness, with the same snapshot it planned from: the nodes, and every pod its
+pods cache holds (bound ones, Terminating ones, gated ones and released ones not bound yet). It
+reads nothing else from the API server but, for a plan whose pods are gated, how many pods its
+Deployments want. The caller writes conditions and Events and re-plans the plans whose release
+timed out; the last decision per plan is kept here for the ``Ready`` condition's message.
+
+Pods are found cluster-wide, not through the plans' labels: pods Ragnaros creates from a plan's
+``values.yaml`` carry the gate and select the plan's node label key, but no label of the plan
+(:func:`~.gang.read_pod` groups them by that key, named back to the plan from the cached plans).
+
+A gate is lifted with a patch that tests the pod's ``resourceVersion`` as the cache holds it: a
+pod that changed since is left alone and decided again in a later cycle. Nothing is remembered
+that the cluster does not show: an operator killed between two gate patches decides again from
+the pods when it restarts, finds the plan's instance sets already started, and releases the rest.
+
+A safety-net re-plan is asked for at most once per ``timeout`` per plan, so a plan whose pods
+stay pending for another reason (no scheduler at all) is not re-planned in a loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuplan_operator import cluster
+from gpuplan_operator.apply import PARALLEL_WRITES
+from gpuplan_operator.body import PlanBody
+from gpuplan_operator.gang import GangCode, GangDecision, Ledger, NodeIndex, decide_all, is_gated, read_pod
+from gpuplan_operator.kube import KubeApi
+from gpuplan_operator.metrics import Metrics
+from planner import POD, RELEASED_ANNOTATION, is_plan_label_key
+
+log = logging.getLogger("gpuplan_operator")
+
+GANG_TIMEOUT = 180.0  # seconds a released pod may stay unscheduled before its plan is re-planned
+RETRY = 0.5  # seconds until a gate whose pod changed under the patch is decided again
+
+
+def _in_flight(pod: Mapping[str, Any]) -> bool:
+    """Released by the operator, not bound yet, not going."""
+    meta = pod.get("metadata") or {}
+    return (
+        not (pod.get("spec") or {}).get("nodeName")
+        and not meta.get("deletionTimestamp")
+        and RELEASED_ANNOTATION in (meta.get("annotations") or {})
+    )
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    return f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
+
+
+class GateKeeper:
+    """Lifts the gang gates of the plans' pods, round by round."""
+
+    def __init__(
+        self,
+        kube: KubeApi,
+        metrics: Metrics,
+        timeout: float = GANG_TIMEOUT,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.metrics = metrics
+        self.timeout = timeout
+        self.clock = clock
+        self.decisions: dict[str, GangDecision] = {}  # namespace/name -> the last decision
+        self._replanned: dict[str, float] = {}  # namespace/name -> when a timeout last asked for it
+        self.due_in: float | None = None  # seconds until a released pod's time is up, if one waits
+
+    def waiting(self, namespace: str, name: str) -> str | None:
+        """Why the plan's gated pods wait, if the last round said so."""
+        decision = self.decisions.get(f"{namespace}/{name}")
+        return decision.message if decision is not None and decision.code is GangCode.WAITING else None
+
+    def decide_and_release(
+        self,
+        nodes: Sequence[Mapping[str, Any]],
+        pods: Sequence[Mapping[str, Any]],
+        plans: Sequence[PlanBody],
+    ) -> list[GangDecision]:
+        """Decide on every plan's gated pods and lift the gates the decisions release.
+
+        ``pods``: the pods bound to a node and not finished (Terminating ones too) and the pods
+        not bound yet; ``plans``: every plan (to name pods grouped by a plan's node label key).
+        """
+        self.due_in = None
+        if not any(is_gated(p) or _in_flight(p) for p in pods):
+            self.decisions = {}
+            self.metrics.gang_round(0)
+            return []
+        now = self.clock()
+        index = NodeIndex(nodes)
+        raw = {_key(p): p for p in pods}
+        seen = [read_pod(p, index) for p in raw.values()]
+        expected = self._expected({p.group for p in seen if p.gated and p.group and not p.terminating})
+        ledger = Ledger(index, seen)
+        decisions = [self._named(d, plans) for d in decide_all(seen, ledger, now, self.timeout, expected)]
+        at = _iso(now)
+        still_gated = sum(1 for p in seen if p.gated and not p.terminating and p.group is not None)
+        in_flight = [p.released for p in seen if p.released is not None and not p.bound and not p.terminating]
+        if in_flight:  # the next cycle must come when the oldest released pod's time is up
+            self.due_in = max(0.0, min(in_flight) + self.timeout - now) + 0.5
+        releases = [(d, r) for d in decisions for r in d.releases]
+        if releases:  # side by side, as an apply's writes: a 2,500-pod plan starts in a few round trips
+            with ThreadPoolExecutor(max_workers=PARALLEL_WRITES, thread_name_prefix="gpuplan-gate") as pool:
+                lifted = list(
+                    pool.map(lambda dr: cluster.release_gate(self.kube, raw[dr[1].pod.key], at), releases)
+                )
+            for (decision, r), ok in zip(releases, lifted, strict=True):
+                if ok:
+                    self.metrics.wrote(POD)
+                    self.metrics.gang_released(r.code, r.waited)
+                    still_gated -= 1
+                else:
+                    log.info(
+                        "%s: pod %s changed before its release; deciding again", decision.plan, r.pod.name
+                    )
+                    self.due_in = RETRY if self.due_in is None else min(self.due_in, RETRY)
+        for decision in decisions:
+            if decision.releases:
+                log.info("%s: %s: %s", decision.plan, decision.code, decision.message)
+        self.decisions = {d.plan: d for d in decisions}
+        self.metrics.gang_round(still_gated)
+        return decisions
+
+    def _expected(self, groups: set[str]) -> dict[str, int]:
+        """Plan -> the pods its Deployments want, for plans with gated pods (pods Ragnaros makes,
+        grouped by a node label key, have no Deployments to ask)."""
+        out: dict[str, int] = {}
+        for group in sorted(g for g in groups if not is_plan_label_key(g)):
+            namespace, name = group.split("/", 1)
+            deployments = cluster.list_plan_deployments(self.kube, namespace, name)
+            out[group] = sum(int((d.get("spec") or {}).get("replicas", 1)) for d in deployments)
+        return out
+
+    @staticmethod
+    def _named(decision: GangDecision, plans: Sequence[PlanBody]) -> GangDecision:
+        """A decision about pods grouped by a plan's node label key, named after that plan."""
+        if not is_plan_label_key(decision.plan):
+            return decision
+        for plan in plans:
+            if plan.label_key == decision.plan:
+                return dataclasses.replace(decision, plan=f"{plan.namespace}/{plan.name}")
+        return decision
+
+    def should_replan(self, decision: GangDecision) -> bool:
+        """A timed-out plan is re-planned once per ``timeout``, not every round."""
+        if decision.code is not GangCode.TIMED_OUT or is_plan_label_key(decision.plan):
+            return False
+        now = self.clock()
+        last = self._replanned.get(decision.plan)
+        if last is not None and now - last < self.timeout:
+            return False
+        self._replanned[decision.plan] = now
+        self.metrics.gang_timed_out()
+        return True

@@ -1,0 +1,256 @@
+"""gang.py: a plan's gated pods start together, only when every planned node has their cards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from gpuplan_operator.gang import GangCode, GangDecision, Ledger, NodeIndex, decide_all, read_pod
+
+GATE = "gpuplan.ragnaros.io/gang"
+KEY = "gpuplan.ragnaros.io/ns.p"
+NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+TIMEOUT = 180.0
+
+
+def stamp(seconds_ago: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(NOW - seconds_ago, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node(name: str, cards: int = 8) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {KEY: name, "kubernetes.io/hostname": name}},
+        "status": {"allocatable": {"nvidia.com/gpu": str(cards), "cpu": "32"}},
+    }
+
+
+def pod(
+    name: str,
+    cards: int,
+    *,
+    plan: str | None = "p",
+    planned: str | None = None,
+    bound: str | None = None,
+    gated: bool = False,
+    rs: str | None = None,
+    terminating: bool = False,
+    released_ago: float | None = None,
+    created_ago: float = 10.0,
+    ns: str = "ns",
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": ns,
+        "labels": {"gpuplan.ragnaros.io/plan": plan} if plan else {},
+        "creationTimestamp": stamp(created_ago),
+        "resourceVersion": "7",
+        "ownerReferences": [{"kind": "ReplicaSet", "name": rs or f"{name}-rs", "controller": True}],
+    }
+    if terminating:
+        meta["deletionTimestamp"] = stamp(1)
+    if released_ago is not None:
+        meta["annotations"] = {"gpuplan.ragnaros.io/released": stamp(released_ago)}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": cards}}}]}
+    if planned:
+        spec["nodeSelector"] = {KEY: planned}
+    if bound:
+        spec["nodeName"] = bound
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    return {"metadata": meta, "spec": spec}
+
+
+def run(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[GangDecision]:
+    index = NodeIndex(nodes)
+    seen = [read_pod(p, index) for p in pods]
+    return decide_all(seen, Ledger(index, seen), NOW, TIMEOUT)
+
+
+def gated(name: str, cards: int, planned: str, **kw: Any) -> dict[str, Any]:
+    return pod(name, cards, planned=planned, gated=True, **kw)
+
+
+CASES = [
+    pytest.param(
+        [node("a"), node("b")],
+        [gated("x", 4, "a"), gated("y", 8, "b")],
+        GangCode.RELEASED,
+        {"x", "y"},
+        "",
+        id="every planned node has the cards: all gated pods are released together",
+    ),
+    pytest.param(
+        [node("a"), node("b")],
+        [gated("x", 4, "a"), gated("y", 8, "b"), pod("foreign", 2, plan=None, bound="b")],
+        GangCode.WAITING,
+        set(),
+        "b needs 8 nvidia.com/gpu, 6 free",
+        id="a foreign pod on one planned node: no pod of the plan is released",
+    ),
+    pytest.param(
+        [node("a")],
+        [gated("x", 4, "a"), gated("y", 4, "a"), pod("old", 2, plan="q", bound="a", terminating=True)],
+        GangCode.WAITING,
+        set(),
+        "a needs 8 nvidia.com/gpu, 6 free",
+        id="a Terminating pod of a leaving plan still holds its cards: the newcomer waits",
+    ),
+    pytest.param(
+        [node("a")],
+        [gated("x", 5, "a"), gated("y", 5, "a")],
+        GangCode.WAITING,
+        set(),
+        "a needs 10 nvidia.com/gpu, 8 free",
+        id="two gated pods on one node count together against its free cards",
+    ),
+    pytest.param(
+        [node("a"), node("b")],
+        [
+            gated("x", 4, "a", rs="rs1"),
+            pod("x-old", 4, bound="a", rs="rs1", released_ago=600),
+            gated("y", 8, "b", rs="rs2"),
+            pod("foreign", 1, plan=None, bound="b"),
+        ],
+        GangCode.WAITING,
+        {"x"},
+        "b needs 8",
+        id="a recreated pod of a started instance set goes alone while a new group waits",
+    ),
+    pytest.param(
+        [node("a", cards=4)],
+        [
+            gated("x", 4, "a", rs="rs1"),
+            pod("x-gone", 4, bound="a", rs="rs1", terminating=True, released_ago=600),
+        ],
+        GangCode.WAITING,
+        set(),
+        "a needs 4 nvidia.com/gpu, 0 free",
+        id="a pod deleted by hand: its replacement waits until the old one has left the node",
+    ),
+    pytest.param(
+        [node("a")],
+        [
+            gated("x", 4, "a", rs="rs1"),
+            pod("x-gone", 4, bound="a", rs="rs1", terminating=True, released_ago=600),
+            pod("other", 4, bound="a", rs="rs9"),
+        ],
+        GangCode.WAITING,
+        set(),
+        "a needs 4 nvidia.com/gpu, 0 free",
+        id="a recreated pod whose node is full waits, naming the node and cards",
+    ),
+    pytest.param(
+        [node("a")],
+        [
+            gated("x", 4, "a", rs="rs1"),
+            pod("x-gone", 4, bound="b-lost", rs="rs1", terminating=True, released_ago=60),
+        ],
+        GangCode.RECREATED,
+        {"x"},
+        "",
+        id="a pod recreated after its old one left: released alone as soon as its node has room",
+    ),
+    pytest.param(
+        [node("a"), node("b")],
+        [
+            pod("x", 4, planned="a", bound="a", rs="rs1", released_ago=5),
+            gated("y", 4, "b", rs="rs2"),
+            gated("z", 4, "b", rs="rs3"),
+        ],
+        GangCode.RELEASED,
+        {"y", "z"},
+        "",
+        id="an operator killed half way through a release: the rest is released when it restarts",
+    ),
+    pytest.param(
+        [node("a")],
+        [pod("x", 4, planned="a", rs="rs1", released_ago=TIMEOUT + 5), pod("thief", 8, plan=None, bound="a")],
+        GangCode.TIMED_OUT,
+        set(),
+        "re-planning",
+        id="released pods not bound within the timeout: the plan is re-planned",
+    ),
+    pytest.param(
+        [node("a")],
+        [pod("x", 4, planned="a", rs="rs1", released_ago=TIMEOUT - 5), gated("y", 6, "a", rs="rs2")],
+        GangCode.WAITING,
+        set(),
+        "a needs 6 nvidia.com/gpu, 4 free",
+        id="a released pod not bound yet keeps its cards from the next release",
+    ),
+    pytest.param(
+        [node("a")],
+        [gated("x", 1, "nowhere")],
+        GangCode.WAITING,
+        set(),
+        "no single node matches",
+        id="a gated pod whose selector matches no node waits and says why",
+    ),
+    pytest.param(
+        [node("a")],
+        [pod("x", 4, bound="a", released_ago=60)],
+        None,
+        set(),
+        "",
+        id="nothing gated and nothing pending: no decision at all",
+    ),
+]
+
+
+@pytest.mark.parametrize(("nodes", "pods", "code", "released", "says"), CASES)
+def test_gang_decision(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    code: GangCode | None,
+    released: set[str],
+    says: str,
+) -> None:
+    decisions = [d for d in run(nodes, pods) if d.plan == "ns/p"]
+    if code is None:
+        assert decisions == []
+        return
+    (decision,) = decisions
+    assert decision.code is code, decision.message
+    assert {r.pod.name for r in decision.releases} == released
+    assert says in decision.message
+
+
+def test_two_plans_are_never_released_onto_the_same_cards() -> None:
+    """The older plan's group takes the cards first; the younger one then finds them gone."""
+    nodes = [node("a")]
+    pods = [
+        gated("old", 6, "a", plan="p", created_ago=30),
+        gated("young", 6, "a", plan="q", created_ago=5),
+    ]
+    by_plan = {d.plan: d for d in run(nodes, pods)}
+    assert by_plan["ns/p"].code is GangCode.RELEASED
+    assert by_plan["ns/q"].code is GangCode.WAITING
+    assert "a needs 6 nvidia.com/gpu, 2 free" in by_plan["ns/q"].message
+
+
+def test_a_released_pod_records_how_long_it_waited() -> None:
+    (decision,) = run([node("a")], [gated("x", 2, "a", created_ago=42)])
+    (release,) = decision.releases
+    assert release.code is GangCode.RELEASED and release.waited == pytest.approx(42)
+
+
+def test_cpu_requests_count_as_the_scheduler_counts_them() -> None:
+    big = gated("x", 1, "a")
+    big["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "40"}
+    (decision,) = run([node("a")], [big])
+    assert decision.code is GangCode.WAITING
+    assert "a needs 40000 millicores cpu, 32000 free" in decision.message
+
+
+def test_a_group_waits_until_every_pod_its_deployments_want_exists() -> None:
+    """ReplicaSets create pods over a few seconds: the first ones must not start without the rest."""
+    index = NodeIndex([node("a"), node("b")])
+    pods = [read_pod(gated("x", 4, "a"), index)]
+    (early,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
+    assert early.code is GangCode.WAITING and not early.releases
+    assert "1 more pod(s) of the plan not created yet" in early.message
+    pods.append(read_pod(gated("y", 4, "b"), index))
+    (complete,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
+    assert complete.code is GangCode.RELEASED and len(complete.releases) == 2
