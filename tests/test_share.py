@@ -146,3 +146,25 @@ def test_growing_one_by_one_takes_the_better_fit_the_fast_path_finds_when_guided
         assert a.result.allocations == b.result.allocations, a.name
     ffe = next(x for x in first[1].result.allocations if x.operator == "face_feature_extract")
     assert (ffe.instances, ffe.units) == (2, 1)
+
+
+def test_a_newcomer_takes_free_devices_rather_than_moving_a_plan_off_its_devices() -> None:
+    """What a plan ran on is held back last: a plan of 4 on its own domain keeps it when a plan of
+    2 arrives and two devices nobody runs on are free, whichever of them is planned first."""
+    from tests.test_topology import claims, gpu_nodes, operator, slices
+
+    snap = snapshot(gpu_nodes(["n0"]), slices_doc=slices({"n0": [4, 4]}), claims_doc=claims({"n0": [0, 1]}))
+    p4 = [{"name": "P4", "deviceClassName": "gpu.example.com"}]
+
+    def one(cards: int) -> dict[str, Any]:
+        return {"resourceNum": {"P4": cards}, "machineNum": {"P4": 1}}
+
+    alpha = named("alpha", {"alpha": one(4)}, resources=p4, operators=[operator("alpha", "machine")])
+    beta = named("beta", {"beta": one(2)}, resources=p4, operators=[operator("beta", "machine")])
+    ran = ("gpu-4", "gpu-5", "gpu-6", "gpu-7")
+    held = {("alpha", "P4"): Placement(4, {"n0": 1}, {"n0": [ran]})}
+    for order in ([alpha, beta], [beta, alpha]):
+        answers = plan_together(order, snap, [held if s is alpha else None for s in order])
+        got = {s.name: _devices_of(a.result) for s, a in zip(order, answers, strict=True)}
+        assert got["alpha"] == [("n0", d) for d in ran]
+        assert got["beta"] == [("n0", "gpu-2"), ("n0", "gpu-3")]

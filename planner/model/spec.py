@@ -251,12 +251,20 @@ class Snapshot:
 
     nodes: tuple[Node, ...]
 
-    def using(self, extra: Mapping[str, Mapping[str, int]]) -> Snapshot:
+    def using(
+        self,
+        extra: Mapping[str, Mapping[str, int]],
+        mine: Mapping[str, Collection[str]] | None = None,
+        theirs: Mapping[str, Collection[str]] | None = None,
+    ) -> Snapshot:
         """The same cluster with ``extra`` (node -> resource -> units) used on top.
 
         A node whose GPUs are known one by one counts its free cards by free devices, not by
         units: there the cards in ``extra`` (every resource but ``cpu``) also keep back as many of
-        its free devices, the last by name, so that what others hold by count is not planned on.
+        its free devices, so that what others hold by count is not planned on. Which ones: first
+        the devices ``theirs`` names (node -> devices the holders ran on before), then the last by
+        name, and the devices ``mine`` names (what the plan being planned ran on) only when
+        nothing else is left: a plan planned beside others keeps its devices, and so its pods.
         """
         if not extra:
             return self
@@ -270,7 +278,14 @@ class Snapshot:
                 n = replace(n, used=tuple(sorted(used.items())))
                 cards = sum(v for k, v in more.items() if k != "cpu")
                 if n.devices and cards > 0:
-                    free = [d.name for d in n.devices if d.free]
+                    own = set((mine or {}).get(n.name, ()))
+                    held = set((theirs or {}).get(n.name, ())) - own
+                    ranked = sorted(
+                        (0 if d.name in own else 2 if d.name in held else 1, i, d.name)
+                        for i, d in enumerate(n.devices)
+                        if d.free
+                    )
+                    free = [name for _, _, name in ranked]
                     n = _without_devices(n, set(free[max(0, len(free) - cards) :]))
             out.append(n)
         return Snapshot(tuple(out))

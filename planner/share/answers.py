@@ -103,12 +103,16 @@ def placed_result(
     if pools.special[p]:
         given = given if given is not None else DevicesGiven()
         others = without(without(used, own), given.units)
-        where: PlanPrevious = {k: Placement(u, dict(n)) for k, (c, u, n) in mine.items() if c}
+        was = before or {}
+        where: PlanPrevious = {
+            k: Placement(u, dict(n), was[k].devices if k in was and was[k].units == u else {})
+            for k, (c, u, n) in mine.items()
+            if c
+        }
         left = max(0.5, deadline - time.monotonic())
-        result = plan(
-            fixed, snap.taking(given.devices).using(others), seconds=left, workers=workers, previous=where
-        )
-        given.add(result, own)
+        view = snap.taking(given.devices).using(others, devices_of(before), given.theirs(p))
+        result = plan(fixed, view, seconds=left, workers=workers, previous=where)
+        given.add(result, own, p)
     else:
         result = _from_joint(fixed, [residual.of(pr, own) for pr in pools.problems[p]], mine, joint, p)
     if before is not None and result.feasible:
@@ -118,15 +122,40 @@ def placed_result(
     return replace(result, optimal=result.optimal and proven)
 
 
+def devices_of(before: PlanPrevious | None) -> dict[str, set[str]]:
+    """node -> the devices a plan's instances ran on before."""
+    out: dict[str, set[str]] = {}
+    for placement in (before or {}).values():
+        for node, lists in placement.devices.items():
+            out.setdefault(node, set()).update(d for devs in lists for d in devs)
+    return out
+
+
 class DevicesGiven:
     """The devices plans planned one after another have been given (node -> device names), and
-    the units those plans hold (taken out of what the later plans see held by count)."""
+    the units those plans hold (taken out of what the later plans see held by count).
 
-    def __init__(self) -> None:
+    ``before`` (plan index -> the devices it ran on) tells which free devices to hold back for the
+    plans not given theirs yet: the ones they ran on, so that no plan moves another's pods when a
+    device nobody runs on would do."""
+
+    def __init__(self, before: Mapping[int, Mapping[str, set[str]]] | None = None) -> None:
         self.devices: dict[str, set[str]] = {}
         self.units: dict[str, dict[str, int]] = {}
+        self.before = dict(before or {})
 
-    def add(self, result: PlanResult, units: Mapping[str, Mapping[str, int]]) -> None:
+    def theirs(self, p: int) -> dict[str, set[str]]:
+        """node -> the devices the plans still waiting for theirs (not ``p``) ran on."""
+        out: dict[str, set[str]] = {}
+        for q, devices in self.before.items():
+            if q != p:
+                for node, names in devices.items():
+                    out.setdefault(node, set()).update(names)
+        return out
+
+    def add(self, result: PlanResult, units: Mapping[str, Mapping[str, int]], p: int | None = None) -> None:
+        if p is not None:
+            self.before.pop(p, None)
         if not result.feasible:
             return
         for a in result.allocations:

@@ -25,6 +25,7 @@ from planner.search.place import NodeCounts, greedy_place
 from planner.share.admission import Verdict, admit
 from planner.share.answers import (
     DevicesGiven,
+    devices_of,
     Residual,
     at_min_spec,
     grants,
@@ -160,7 +161,7 @@ def _answers(
     proven_joint = all(pp.grown.proven for pp in joint) and all(v.proven for v in verdicts.values())
     used = reservations(pools.pools, {k: (u, n) for k, (_, u, n) in placed.items()})
     residual = Residual(used)
-    given = DevicesGiven()
+    given = DevicesGiven({p: devices_of(prev[p]) for p in order})
     out: dict[int, Shared] = {}
     for p in order:
         spec, verdict = specs[p], verdicts[p]
