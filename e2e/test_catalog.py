@@ -91,9 +91,9 @@ def test_kubectl_get_and_explain(api: Api, kubectl: Kubectl, ns: str) -> None:
     assert labelled_nodes(api, label_key(ns, "shown")) == {}
 
     out = kubectl.run("get", "gpuplans", "-n", ns).stdout.splitlines()
-    assert out[0].split() == ["NAME", "PHASE", "SCORE", "CARDS", "OPTIMAL", "AGE"]
-    name, phase, score, cards, optimal, _age = out[1].split()
-    assert (name, phase, cards, optimal) == ("shown", "Planning", status["cards"], "true")
+    assert out[0].split() == ["NAME", "PHASE", "SCORE", "PRIORITY", "CARDS", "OPTIMAL", "AGE"]
+    name, phase, score, priority, cards, optimal, _age = out[1].split()
+    assert (name, phase, priority, cards, optimal) == ("shown", "Planning", "0", status["cards"], "true")
     assert float(score) == status["score"]
     short = kubectl.run("get", "gpuplan", "shown", "-n", ns, "-o", "jsonpath={.status.phase}").stdout
     assert short == "Planning"

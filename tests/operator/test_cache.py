@@ -205,3 +205,33 @@ def test_health_names_a_watch_quiet_too_long(silent: float) -> None:
     for informer in cache.informers:
         informer.last_heard -= silent
     assert bool(cache.health()) == (silent > 0)
+
+
+def test_a_kind_not_served_is_listed_again_at_once_when_woken() -> None:
+    """A CRD installed after the operator started: the CRDs' watch wakes the kind's informer,
+    which lists it then rather than a resync (here a minute) later."""
+    from kubernetes.client.exceptions import ApiException
+
+    class LateCrd(ScriptedWatcher):
+        def get(self, path: str, **query: Any) -> JSON:
+            self.asked.append(("list", ""))
+            if len(self.asked) == 1:
+                raise ApiException(status=404, reason="Not Found")
+            return {"items": [node("a")], "metadata": {"resourceVersion": "5"}}
+
+    watcher = LateCrd([], [])
+    store = Store("noderesourcetopologies", trim.whole)
+    informer = Informer(watcher, "/apis/x/v1/things", store, lambda s, m: None, resync=60.0)
+    informer.start()
+    try:
+        deadline = threading.Event()
+        for _ in range(100):
+            if watcher.asked:
+                break
+            deadline.wait(0.02)
+        assert watcher.asked == [("list", "")] and not store.served
+        informer.wake()
+        assert watcher.done.wait(5), watcher.asked
+        assert store.served and [o["metadata"]["name"] for o in store.items()] == ["a"]
+    finally:
+        informer.close()

@@ -36,6 +36,8 @@ NODES, PODS, SLICES, CLAIMS, TOPOLOGIES, PLANS = (
     "plans",
 )
 PLANNING_KINDS = frozenset({NODES, SLICES, TOPOLOGIES})  # a change that matters re-plans
+CRDS = "customresourcedefinitions"  # only the NodeResourceTopology one: its arrival wakes that watch
+TOPOLOGY_CRD = "noderesourcetopologies.topology.node.k8s.io"
 
 
 def _pod_fingerprint(pod: Mapping[str, Any]) -> Any:
@@ -101,6 +103,23 @@ class ClusterCache:
             Informer(api, paths[s.kind], s, told, resync, silence)
             for s in (self.nodes, self.pods, self.slices, self.claims, self.topologies, self.plans)
         ]
+        topologies = self.informers[4]
+
+        def crd_changed(store: Store, matters: bool) -> None:
+            topologies.wake()  # installed (or established) after the operator started
+
+        self.crds = Store(CRDS, trim.crd)
+        self.informers.append(
+            Informer(
+                api,
+                path_for("apiextensions.k8s.io/v1", "customresourcedefinitions"),
+                self.crds,
+                crd_changed,
+                resync,
+                silence,
+                query={"fieldSelector": f"metadata.name={TOPOLOGY_CRD}"},
+            )
+        )
 
     @property
     def stores(self) -> list[Store]:
@@ -116,7 +135,7 @@ class ClusterCache:
 
     def synced(self) -> bool:
         """Has every kind been listed once (the first cycle waits for this)?"""
-        return all(s.synced for s in self.stores)
+        return all(s.synced for s in self.stores if s is not self.crds)  # only a wake-up call
 
     def health(self, limit: float = SILENCE + WATCH_SECONDS) -> dict[str, float]:
         """Kinds whose watch has said nothing for longer than ``limit`` seconds, and how long."""

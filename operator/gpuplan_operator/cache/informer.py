@@ -16,7 +16,9 @@ The loop is client-go's reflector, reduced to what the operator needs:
 5. A failed request waits with backoff and tries again; the thread never ends before ``stop``.
 
 Kinds the cluster does not serve (no DRA, no NodeResourceTopology CRD) answer 404: the store is
-marked not served and looked at again each resync. Every change is reported to ``on_change``
+marked not served and looked at again each resync, or at once when :meth:`Informer.wake` is
+called (the CRDs' own watch does so when a CRD appears or changes: a CRD installed after the
+operator started is served within a second, not a resync later). Every change is reported to ``on_change``
 with whether it matters to planning; the caller wakes the cycle.
 """
 
@@ -75,6 +77,7 @@ class Informer:
         self.silence = silence
         self.query = dict(query or {})
         self.stop = threading.Event()
+        self.woken = threading.Event()  # look again now at a kind not served
         self.last_heard = time.monotonic()  # the last answer of any kind (list, event, bookmark)
         self.silent_watches = 0
         self.relists = 0
@@ -87,14 +90,21 @@ class Informer:
 
     def close(self) -> None:
         self.stop.set()
+        self.woken.set()
+
+    def wake(self) -> None:
+        """Look again now if the kind is not served (its CRD may just have been installed)."""
+        if not self.store.served:
+            self.woken.set()
 
     def run(self) -> None:
         failures = 0
         while not self.stop.is_set():
             try:
                 version = self._list()
-                if version is None:  # not served: look again later
-                    self.stop.wait(self.resync)
+                if version is None:  # not served: look again later, or when woken
+                    self.woken.wait(self.resync)
+                    self.woken.clear()
                     continue
                 failures = 0
                 until = time.monotonic() + self.resync

@@ -115,3 +115,13 @@ def whole(obj: Mapping[str, Any]) -> JSON:
     meta.pop("managedFields", None)
     out["metadata"] = meta
     return out
+
+
+def crd(obj: Mapping[str, Any]) -> JSON:
+    """A CRD as its watch needs it: its name, version and conditions (Established)."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    return {
+        "metadata": {k: meta[k] for k in ("name", "resourceVersion", "uid") if k in meta},
+        "status": {"conditions": status.get("conditions") or []},
+    }
