@@ -25,9 +25,9 @@ from planner.search.place import NodeCounts, greedy_place
 from planner.share.admission import Verdict, admit
 from planner.share.answers import (
     DevicesGiven,
-    devices_of,
     Residual,
     at_min_spec,
+    devices_of,
     grants,
     kept_instances,
     not_placed,
