@@ -49,7 +49,7 @@ VALUE_SETS = [
     ),
     pytest.param({"logFormat": "json", "podDisruptionBudget.minAvailable": 1}, id="JSON logs and a budget"),
     pytest.param(
-        {"planning.priorityClassValueBase": 500000000, "planning.planSeconds": 2.5},
+        {"planning.priorityClassValueBase": 500000000, "planning.planSeconds": 2.5, "planning.gangTimeout": 90},
         id="a lower PriorityClass base and fractional plan seconds",
     ),
 ]
@@ -287,6 +287,7 @@ def test_the_operator_accepts_the_rendered_arguments(helm: str, values: dict[str
     assert parsed.log_format == values.get("logFormat", "text")
     if "planning.planSeconds" in values:
         assert parsed.plan_seconds == values["planning.planSeconds"]
+    assert parsed.gang_timeout == values.get("planning.gangTimeout", 180)
     # helm hands YAML numbers to templates as float64: a large one must not arrive as "5e+08"
     assert parsed.priority_base == values.get("planning.priorityClassValueBase", 800_000_000)
 
