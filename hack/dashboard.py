@@ -58,6 +58,17 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         [("sum by (reason) (gpuplan_share_events_total)", "{{reason}}")],
     ),
     ("Objects in the watched caches", "none", [("gpuplan_cache_objects", "{{kind}}")]),
+    ("Pods held by the gang gate", "none", [("gpuplan_gated_pods", "gated pods")]),
+    (
+        "Gang releases by reason",
+        "none",
+        [("sum by (reason) (gpuplan_gang_releases_total)", "{{reason}}")],
+    ),
+    (
+        "Gang wait, creation to release (mean)",
+        "s",
+        [("gpuplan_gang_wait_seconds_sum / gpuplan_gang_wait_seconds_count", "wait")],
+    ),
     ("Writes per second by kind", "ops", [("sum by (kind) (rate(gpuplan_writes_total[5m]))", "{{kind}}")]),
 ]
 
@@ -85,7 +96,7 @@ def dashboard() -> Dashboard:
     return Dashboard(
         title="gpuplan operator",
         uid="gpuplan-operator",
-        description="Cards per plan and priority, the scheduling cycle, preemptions and elastic changes.",
+        description="Cards per plan and priority, the scheduling cycle, preemptions, elastic changes and gang releases.",
         tags=["gpuplan"],
         timezone="utc",
         panels=panels,
