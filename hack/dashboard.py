@@ -96,7 +96,10 @@ def dashboard() -> Dashboard:
     return Dashboard(
         title="gpuplan operator",
         uid="gpuplan-operator",
-        description="Cards per plan and priority, the scheduling cycle, preemptions, elastic changes and gang releases.",
+        description=(
+            "Cards per plan and priority, the scheduling cycle, preemptions, elastic changes"
+            " and gang releases."
+        ),
         tags=["gpuplan"],
         timezone="utc",
         panels=panels,
