@@ -49,7 +49,11 @@ VALUE_SETS = [
     ),
     pytest.param({"logFormat": "json", "podDisruptionBudget.minAvailable": 1}, id="JSON logs and a budget"),
     pytest.param(
-        {"planning.priorityClassValueBase": 500000000, "planning.planSeconds": 2.5, "planning.gangTimeout": 90},
+        {
+            "planning.priorityClassValueBase": 500000000,
+            "planning.planSeconds": 2.5,
+            "planning.gangTimeout": 90,
+        },
         id="a lower PriorityClass base and fractional plan seconds",
     ),
 ]
