@@ -1,5 +1,6 @@
-"""3. API faults: conflicts on every kind the operator writes, throttling, the API server restarted
-mid-apply, watch streams that go silent.
+"""3. API faults: conflicts on every kind the operator writes (the gang gates' pod patches too),
+throttling (of the gates' patches too), the API server restarted mid-apply, watch streams that go
+silent.
 
 Each fault is injected by the proxy between the operator and the API server (or, for the
 restart, by killing kube-apiserver itself). The operator must retry with backoff (a bounded
@@ -31,7 +32,8 @@ from e2e.support import (
 
 RECOVERY_S = 30.0
 WRITES = ["PATCH", "POST", "PUT", "DELETE"]
-# what the operator writes (gpuallocationplans: kopf's finalizer and annotations; events: kopf's)
+# what the operator writes (gpuallocationplans: kopf's finalizer and annotations; events: kopf's;
+# pods: the gang gates lifted, the last write of an apply)
 KINDS = [
     "gpuallocationplans/status",
     "nodes",
@@ -39,6 +41,7 @@ KINDS = [
     "configmaps",
     "deployments",
     "gpuallocationplans",
+    "pods",
 ]
 
 
@@ -136,18 +139,27 @@ def test_throttling(
 ) -> None:
     nodes = make_nodes("throttle", 4)
     starts = chaos_operator.starts
-    faults.rules({"status": 429, "probability": 0.5, "listeners": ["operator"], "watches": True})
+    gates = {"status": 429, "methods": ["PATCH"], "kinds": ["pods"], "count": 3, "listeners": ["operator"]}
+    faults.rules(gates, {"status": 429, "probability": 0.5, "listeners": ["operator"], "watches": True})
     kubectl.apply(plan_manifest(ns, "slow", spec_for(nodes, 4)))
     time.sleep(8)
     kubectl.apply(plan_manifest(ns, "slow", spec_for(nodes, 6)))
     time.sleep(8)
     throttled = faults.injected()
+    counts = faults.stats()["counts"]
     faults.clear()
     cleared = time.monotonic()
     took = recover("throttled", api, ns, "slow", cleared)
     alive(chaos_operator, starts)
-    Figures.record("429 throttling", throttled_requests=throttled, recovery_s=round(took, 1))
+    gate_patches = counts.get("injected 429 PATCH pods", 0)
+    Figures.record(
+        "429 throttling",
+        throttled_requests=throttled,
+        gate_lifts_throttled=gate_patches,
+        recovery_s=round(took, 1),
+    )
     assert throttled > 0
+    assert gate_patches >= 3, counts  # the release was throttled too, and still finished
 
 
 def test_api_server_restarted_mid_apply(

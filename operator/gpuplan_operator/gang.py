@@ -21,6 +21,9 @@ leaves a gated pod alone. This module decides, from plain cluster data, whose ga
   reservation that could deadlock two plans).
 - **Safety net.** A released pod still not bound ``timeout`` seconds after its release means
   something took its cards in between: the plan is ``TimedOut`` and should be re-planned around it.
+  A group still waiting ``timeout`` seconds after its pods were created (something the plan did
+  not count holds the cards: a pod bound by hand, a claim) is ``stuck``: it stays ``Waiting`` and
+  is re-planned too, so the plan routes around what holds the cards rather than wait for it.
 
 Everything is recomputed from the cluster each time (the release time is an annotation on the
 pod), so an operator restarted in the middle of a release finishes it. The outcome codes are the
@@ -232,6 +235,7 @@ class GangDecision:
     short: tuple[Shortfall, ...] = ()
     overdue: tuple[GangPod, ...] = ()
     gated: int = 0  # gated pods before this decision
+    stuck: bool = False  # WAITING and its group has waited longer than the timeout: re-plan it
 
     @property
     def message(self) -> str:
@@ -240,9 +244,9 @@ class GangDecision:
             return f"released pods not scheduled in time ({names}): re-planning around what took their cards"
         if self.code is GangCode.WAITING:
             waiting = self.gated - len(self.releases)
-            return f"{waiting} pod(s) gated until their nodes have the cards: " + "; ".join(
-                s.text() for s in self.short[:5]
-            )
+            why = "; ".join(s.text() for s in self.short[:5])
+            more = " (waited longer than the gang timeout: re-planning around it)" if self.stuck else ""
+            return f"{waiting} pod(s) gated until their nodes have the cards: {why}{more}"
         if self.releases:
             return f"released {len(self.releases)} gated pod(s) ({self.code})"
         return "no gated pods"
@@ -309,6 +313,7 @@ def decide(
         releases.extend(Release(p, GangCode.RELEASED, waited(p)) for p in group)
     short.extend(group_short)
 
+    stuck = bool(group_short) and max((waited(p) for p in group), default=0.0) > timeout
     if overdue:
         code = GangCode.TIMED_OUT
     elif short:
@@ -319,7 +324,7 @@ def decide(
         code = GangCode.RECREATED
     else:
         code = GangCode.IDLE
-    return GangDecision(plan, code, tuple(releases), tuple(short), overdue, len(gated))
+    return GangDecision(plan, code, tuple(releases), tuple(short), overdue, len(gated), stuck)
 
 
 def decide_all(

@@ -159,8 +159,8 @@ class GateKeeper:
         return decision
 
     def should_replan(self, decision: GangDecision) -> bool:
-        """A timed-out plan is re-planned once per ``timeout``, not every round."""
-        if decision.code is not GangCode.TIMED_OUT or is_plan_label_key(decision.plan):
+        """A timed-out (or stuck waiting) plan is re-planned once per ``timeout``, not every round."""
+        if not (decision.code is GangCode.TIMED_OUT or decision.stuck) or is_plan_label_key(decision.plan):
             return False
         now = self.clock()
         last = self._replanned.get(decision.plan)

@@ -564,12 +564,14 @@ class PlanService:
         return decisions
 
     def gang_timed_out(self, plan: PlanBody, decision: GangDecision) -> bool:
-        """Released pods were not scheduled in time: ``Ready`` says so (lock held); True when the
-        plan should be re-planned now (once per timeout)."""
+        """Released pods were not scheduled in time, or a gated group waited longer than the
+        timeout: ``Ready`` says so (lock held); True when the plan should be re-planned now (once
+        per timeout)."""
         if not self.gates.should_replan(decision):
             return False
         generation = int(plan.status.get("observedGeneration") or 0)
-        ready = Readiness(False, Reason.GANG_TIMED_OUT, decision.message)
+        reason = Reason.GANG_TIMED_OUT if decision.code is GangCode.TIMED_OUT else Reason.WAITING
+        ready = Readiness(False, reason, decision.message)
         self._write_status(plan, st.with_readiness(plan.status, ready, generation, self.clock()))
         log.warning("%s: %s", decision.plan, decision.message)
         return True

@@ -254,3 +254,17 @@ def test_a_group_waits_until_every_pod_its_deployments_want_exists() -> None:
     pods.append(read_pod(gated("y", 4, "b"), index))
     (complete,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
     assert complete.code is GangCode.RELEASED and len(complete.releases) == 2
+
+
+def test_a_group_waiting_longer_than_the_timeout_is_stuck_and_says_it_is_re_planned() -> None:
+    """Cards held by something the plan did not count (a pod bound by hand): the group waits, and
+    once it has waited longer than the timeout the plan is re-planned around it."""
+    nodes = [node("a")]
+    held = pod("foreign", 4, plan=None, bound="a")
+    (fresh,) = run(nodes, [gated("x", 8, "a", created_ago=TIMEOUT - 5), held])
+    assert fresh.code is GangCode.WAITING and not fresh.stuck
+    (late,) = run(nodes, [gated("x", 8, "a", created_ago=TIMEOUT + 5), held])
+    assert late.code is GangCode.WAITING and late.stuck
+    assert "re-planning around it" in late.message
+    (free,) = run(nodes, [gated("x", 8, "a", created_ago=TIMEOUT + 5)])
+    assert free.code is GangCode.RELEASED and not free.stuck

@@ -295,7 +295,8 @@ class Cycle:
         by_ref = {p.ref: p for p in plans}
         for decision in decisions:
             plan = by_ref.get(decision.plan)
-            timed_out = decision.code is GangCode.TIMED_OUT and plan is not None and not plan.deleting
+            late = decision.code is GangCode.TIMED_OUT or decision.stuck
+            timed_out = late and plan is not None and not plan.deleting
             if timed_out and plan is not None and self.service.gang_timed_out(plan, decision):
                 self.replan.add(plan.uid)
                 report.soon(0.0)
