@@ -8,6 +8,10 @@ nodes), for each size: create N fake GPU nodes, start the operator, create one p
 - **running**: every pod the plan owns is Running on the node the plan chose;
 - **cordon**: the busiest node is cordoned; time until the plan's applied placement leaves it,
   and until the displaced pods run elsewhere.
+- **urgent**: a second plan of priority 100 arrives (one 8-card instance per ten nodes; the
+  first plan spreads its instances, so it must hand nodes over): time until every pod of both
+  plans runs on its planned node. Its floor is the same hand-over done directly: the first plan's
+  Deployments running, then the ones that leave deleted and the new ones created at once.
 
 Then the plan goes, and the same Deployments (node selectors on ``kubernetes.io/hostname``, no
 operator) are created directly with the operator's own client and parallelism: **floor** is the
@@ -26,6 +30,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +73,10 @@ def plan_spec(nodes: int) -> dict[str, Any]:
     }
 
 
-def on_planned_nodes(api: Api, key: str, expected: int, avoid: str | None = None) -> bool:
+def on_planned_nodes(api: Api, key: str, expected: int, avoid: str | None = None, plan: str = PLAN) -> bool:
     pods = [
         p
-        for p in api.pods(NS, f"gpuplan.ragnaros.io/plan={PLAN}")
+        for p in api.pods(NS, f"gpuplan.ragnaros.io/plan={plan}")
         if not p["metadata"].get("deletionTimestamp")
     ]
     running = [
@@ -87,12 +92,12 @@ def on_planned_nodes(api: Api, key: str, expected: int, avoid: str | None = None
 FLOOR = "floor"  # the label of the Deployments the floor run creates
 
 
-def bare_deployments(api: Api, key: str) -> list[dict[str, Any]]:
+def bare_deployments(api: Api, key: str, plan: str = PLAN) -> list[dict[str, Any]]:
     """The plan's Deployments as anyone would write them: pinned by hostname, no owner, no classes,
     no gang gate (nothing would lift it)."""
     out = []
     for d in api.kube.get(
-        f"/apis/apps/v1/namespaces/{NS}/deployments", labelSelector=f"gpuplan.ragnaros.io/plan={PLAN}"
+        f"/apis/apps/v1/namespaces/{NS}/deployments", labelSelector=f"gpuplan.ragnaros.io/plan={plan}"
     )["items"]:
         pod = d["spec"]["template"]
         node = pod["spec"]["nodeSelector"][key]
@@ -144,13 +149,98 @@ def floor(api: Api, deployments: list[dict[str, Any]], pods: int, poll: float) -
     return took
 
 
+URGENT = "urgent"  # the higher-priority plan that arrives while the first one runs
+
+
+def urgent_spec(nodes: int) -> dict[str, Any]:
+    """Priority 100: one whole node's cards for every tenth node, each one 8-card instance. The
+    first plan (priority 0) spreads its instances, so few nodes are whole: it must hand over."""
+    count = max(2, nodes // 10)
+    names = [f"urg{i:04d}" for i in range(count)]
+    return {
+        "priority": 100,
+        "resources": [{"name": TYPE, "kind": "GPU", "nodeSelector": {"gpuplan.ragnaros.io/gpu-type": TYPE}}],
+        "operators": [
+            {"name": n, "keyStrategy": "single", "services": {"key": n.replace("urg", "urg-")}} for n in names
+        ],
+        "requests": {n: {TYPE: 8} for n in names},
+        "deploy": True,
+    }
+
+
+def running_floor(api: Api, pods: int, poll: float) -> Callable[[], bool]:
+    def running() -> bool:
+        found = api.pods(NS, f"app={FLOOR}")
+        return sum(1 for p in found if p["status"].get("phase") == "Running") == pods == len(found)
+
+    return running
+
+
+def hand_over_floor(
+    api: Api, before: list[dict[str, Any]], after: list[dict[str, Any]], poll: float
+) -> float:
+    """Seconds the control plane needs for the same hand-over with nobody planning: ``before``
+    running, then the Deployments that leave deleted and the ones that arrive created at once (the
+    operator's parallelism), until every pod of ``after`` runs."""
+    with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
+        list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), before))
+    wait_for(
+        "the hand-over floor's first pods Running", running_floor(api, replicas(before), poll), 900, poll
+    )
+    was = {d["metadata"]["name"]: d for d in before}
+    now = {d["metadata"]["name"]: d for d in after}
+    start = time.monotonic()
+
+    def change(name: str) -> None:
+        if name not in now:
+            api.delete("apps/v1", "deployments", name, NS)
+        elif name not in was:
+            api.create("apps/v1", "deployments", now[name], NS)
+        elif was[name]["spec"]["replicas"] != now[name]["spec"]["replicas"]:
+            api.patch(
+                "apps/v1", "deployments", name, {"spec": {"replicas": now[name]["spec"]["replicas"]}}, NS
+            )
+
+    with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
+        list(pool.map(change, sorted(set(was) | set(now))))
+
+    def settled() -> bool:
+        found = [p for p in api.pods(NS, f"app={FLOOR}") if not p["metadata"].get("deletionTimestamp")]
+        pins = {d["spec"]["selector"]["matchLabels"]["pin"] for d in after}
+        ok = [
+            p
+            for p in found
+            if p["status"].get("phase") == "Running" and p["metadata"]["labels"]["pin"] in pins
+        ]
+        return len(ok) == replicas(after) == len(found)
+
+    wait_for("the hand-over floor's pods Running", settled, 900, poll)
+    took = time.monotonic() - start
+    api.kube.request(
+        "DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments", query={"labelSelector": f"app={FLOOR}"}
+    )
+    api.kube.request(
+        "DELETE",
+        f"/api/v1/namespaces/{NS}/pods",
+        query={"labelSelector": f"app={FLOOR}"},
+        body={"gracePeriodSeconds": 0},
+    )
+    wait_for("the hand-over floor's pods gone", lambda: not api.pods(NS, f"app={FLOOR}"), 300, 0.5)
+    return took
+
+
+def replicas(deployments: list[dict[str, Any]]) -> int:
+    return sum(int(d["spec"]["replicas"]) for d in deployments)
+
+
 def clear_leftovers(api: Api) -> None:
     """Remove what an interrupted run left (its plan, Deployments, pods and nodes), so a bench
     stopped halfway does not stop the next one."""
-    if api.plan(NS, PLAN) is not None:
-        # no operator runs now to release the finalizer; the plan's own objects go below
-        api.patch(API, "gpuallocationplans", PLAN, {"metadata": {"finalizers": None}}, NS)
-        api.delete(API, "gpuallocationplans", PLAN, NS)
+    for plan in (PLAN, URGENT):
+        if api.plan(NS, plan) is not None:
+            # no operator runs now to release the finalizer; the plan's own objects go below
+            api.patch(API, "gpuallocationplans", plan, {"metadata": {"finalizers": None}}, NS)
+            api.delete(API, "gpuallocationplans", plan, NS)
     api.kube.request("DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments")
     api.kube.request("DELETE", f"/api/v1/namespaces/{NS}/pods", body={"gracePeriodSeconds": 0})
     left = api.nodes(f"{TYPE_KEY}={TYPE}")
@@ -159,6 +249,13 @@ def clear_leftovers(api: Api) -> None:
     if left:
         print(f"(removed {len(left)} nodes an earlier run left)", flush=True)
     wait_for("leftover pods gone", lambda: not api.pods(NS), 300, 0.5)
+
+
+def moved_instances(before: dict[str, Any], after: dict[str, Any]) -> int:
+    """Instances of the first plan no longer where they were (its share of the hand-over)."""
+    was = {(a["operator"], n): k for a in before["allocations"] for n, k in a["nodes"].items()}
+    now = {(a["operator"], n): k for a in after["allocations"] for n, k in a["nodes"].items()}
+    return sum(max(0, k - now.get(key, 0)) for key, k in was.items())
 
 
 def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> dict[str, Any]:
@@ -225,10 +322,52 @@ def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> dict[str, 
         result["cordon_held"] = held[victim]
         api.patch("v1", "nodes", victim, {"spec": {"unschedulable": False}})
         bare = bare_deployments(api, key)
+
+        # a plan of higher priority arrives: the first one hands cards over, then both run
+        wait_for("the uncordon seen", lambda: on_planned_nodes(api, key, pods), 300, poll)
+        time.sleep(3)  # past the debounce: the uncordon's cycle is done
+        first = api.status(NS, PLAN)
+        bare_before = bare_deployments(api, key)
+        urgent_key = label_key(NS, URGENT)
+        manifest = {
+            "apiVersion": "gpuplan.ragnaros.io/v1alpha1",
+            "kind": "GpuAllocationPlan",
+            "metadata": {"name": URGENT, "namespace": NS},
+            "spec": urgent_spec(nodes),
+        }
+        start = time.monotonic()
+        api.create(API, "gpuallocationplans", manifest, NS)
+        wait_for(
+            "the urgent plan Applied",
+            lambda: (api.plan(NS, URGENT) or {}).get("status", {}).get("phase") == "Applied",
+            600,
+            0.1,
+        )
+        urgent = api.status(NS, URGENT)
+        after = api.status(NS, PLAN)
+        urgent_pods = sum(a["instances"] for a in urgent["allocations"])
+        pods_after = sum(a["instances"] for a in after["allocations"])
+        wait_for(
+            "both plans' pods Running",
+            lambda: (
+                on_planned_nodes(api, urgent_key, urgent_pods, plan=URGENT)
+                and on_planned_nodes(api, key, pods_after)
+            ),
+            900,
+            poll,
+        )
+        result["urgent_running"] = time.monotonic() - start
+        result["urgent_pods"] = urgent_pods
+        result["handed_over"] = moved_instances(first, after)
+        bare_after = bare_deployments(api, key) + bare_deployments(api, urgent_key, URGENT)
     finally:
-        api.delete(API, "gpuallocationplans", PLAN, NS)
+        for plan in (URGENT, PLAN):
+            if api.plan(NS, plan) is not None:
+                api.delete(API, "gpuallocationplans", plan, NS)
         try:
-            wait_for("the plan gone", lambda: api.plan(NS, PLAN) is None, 300)
+            wait_for(
+                "the plans gone", lambda: api.plan(NS, PLAN) is None and api.plan(NS, URGENT) is None, 300
+            )
         finally:
             operator.stop()
     try:
@@ -236,6 +375,7 @@ def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> dict[str, 
             "the plan's pods gone", lambda: not api.pods(NS, f"gpuplan.ragnaros.io/plan={PLAN}"), 300, 0.5
         )
         result["floor"] = floor(api, bare, pods, poll)
+        result["urgent_floor"] = hand_over_floor(api, bare_before, bare_after, poll)
     finally:
         for name in names:
             api.delete("v1", "nodes", name)
@@ -267,8 +407,13 @@ def main() -> None:
         "running s",
         "floor s",
         "x floor",
+        "urgent: pods",
+        "moved",
+        "running s",
+        "floor s",
+        "x floor",
     )
-    widths = (6, 6, 10, 10, 21, 6, 10, 8, 8)
+    widths = (6, 6, 10, 10, 21, 6, 10, 8, 8, 13, 6, 10, 8, 8)
     print(" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
@@ -277,7 +422,9 @@ def main() -> None:
         print(
             f"{r['nodes']:>6} {r['pods']:>6} {r['written']:>10.1f} {r['running']:>10.1f} "
             f"{r['cordon_replanned']:>21.1f} {r['cordon_held']:>6} {r['cordon_running']:>10.1f} "
-            f"{r['floor']:>8.1f} {r['running'] / r['floor']:>8.2f}",
+            f"{r['floor']:>8.1f} {r['running'] / r['floor']:>8.2f} {r['urgent_pods']:>13} "
+            f"{r['handed_over']:>6} {r['urgent_running']:>10.1f} {r['urgent_floor']:>8.1f} "
+            f"{r['urgent_running'] / r['urgent_floor']:>8.2f}",
             flush=True,
         )
     (OUT / "operator-bench.json").write_text(json.dumps(rows, indent=2))

@@ -223,7 +223,9 @@ def test_a_fixed_rate_run_writes_json_and_a_plot(
     assert doc["kind"] == "gpuplan.loadtest/v1"
     assert doc["instances"] == 1 and doc["capacity_qps"] == 20 and doc["stopped"] == "done"
     step = doc["steps"][0]
-    assert step["held"] and step["errors"] == 0 and step["completed"] >= 18
+    # whether 20/s was "held" depends on the host's load (late sends count against it): the
+    # held rule has its own tests; this one is about the run's JSON and plot
+    assert step["errors"] == 0 and step["completed"] >= 18, step
     assert doc["server"]["pids"] == [srv.pid]  # found by its port
     assert step["server_cpu_cores"] is not None
     assert doc["timeline"] and doc["search"]["mode"] == "fixed"

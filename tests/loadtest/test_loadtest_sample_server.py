@@ -139,7 +139,8 @@ def test_hold_ends_at_its_deadline() -> None:
     start = time.monotonic()
     cpu = hold(0.001, start + 0.003)
     ended = time.monotonic() - start
-    assert 0.003 <= ended < 0.0035
+    # never early; how late depends on the machine's load (a loaded 2-core host woke it 6 ms late)
+    assert 0.003 <= ended < 0.05
     assert 0.0 < cpu <= 0.002
 
 
