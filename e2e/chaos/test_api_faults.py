@@ -145,6 +145,13 @@ def test_throttling(
     time.sleep(8)
     kubectl.apply(plan_manifest(ns, "slow", spec_for(nodes, 6)))
     time.sleep(8)
+    # the gates' patches are throttled until three were refused (the pods may only now be there)
+    faults.rules(gates)
+
+    def gate_lifts_refused() -> int:
+        return int(faults.stats()["counts"].get("injected 429 PATCH pods", 0))
+
+    wait_for("three gate lifts throttled", lambda: gate_lifts_refused() >= 3, timeout=60)
     throttled = faults.injected()
     counts = faults.stats()["counts"]
     faults.clear()

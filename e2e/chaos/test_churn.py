@@ -144,11 +144,16 @@ def test_flapping_node_and_label_burst(
             list(pool.map(relabel, range(BURST)))
         burst_s = time.monotonic() - started
 
+        # counted from after the flap: a cycle an earlier fault test cut short (its re-plans
+        # started, never timed) must not keep this one waiting
+        started_before = after_flap.total("gpuplan_replans_total")
+        ended_before = after_flap.value("gpuplan_plan_duration_seconds_count")
+
         def settled() -> Any:
             now_ = chaos_operator.metrics()
-            started_ = now_.total("gpuplan_replans_total")
-            ended = now_.value("gpuplan_plan_duration_seconds_count")
-            return now_ if started_ == ended and replans(now_) > replans(after_flap) else None
+            started_ = now_.total("gpuplan_replans_total") - started_before
+            ended = now_.value("gpuplan_plan_duration_seconds_count") - ended_before
+            return now_ if ended >= started_ and replans(now_) > replans(after_flap) else None
 
         time.sleep(2 * 2.0)  # the debounce, twice: the burst's last re-plan has started
         end = wait_for("the burst's re-plans to end", settled, timeout=60)

@@ -17,9 +17,11 @@ is counted in ``gpuplan_writes_total{kind}``, a failed step in ``gpuplan_apply_e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextvars
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import groupby
+from typing import TypeVar
 
 from gpuplan_operator import cluster
 from gpuplan_operator.kube import KubeApi
@@ -27,6 +29,24 @@ from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.writes import Verb, Write
 
 PARALLEL_WRITES = 8  # at most this many requests in flight (the connection pool's size)
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+def in_context(fn: Callable[[A], R]) -> Callable[[A], R]:
+    """``fn`` run in the caller's context vars when a pool thread calls it.
+
+    A thread pool's threads start with an empty context, and ``kopf.event`` (the Events a plan's
+    apply posts) reads kopf's settings from a context var: called from a bare pool thread it
+    raises ``LookupError`` and the whole cycle fails. Each call runs in its own copy (one context
+    cannot be entered by two threads at once)."""
+    context = contextvars.copy_context()
+
+    def run(arg: A) -> R:
+        return context.copy().run(fn, arg)
+
+    return run
 
 
 def _send(kube: KubeApi, write: Write) -> bool:

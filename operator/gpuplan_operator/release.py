@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuplan_operator import cluster
-from gpuplan_operator.apply import PARALLEL_WRITES
+from gpuplan_operator.apply import PARALLEL_WRITES, in_context
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.gang import GangCode, GangDecision, Ledger, NodeIndex, decide_all, is_gated, read_pod
 from gpuplan_operator.kube import KubeApi
@@ -119,7 +119,10 @@ class GateKeeper:
         if releases:  # side by side, as an apply's writes: a 2,500-pod plan starts in a few round trips
             with ThreadPoolExecutor(max_workers=PARALLEL_WRITES, thread_name_prefix="gpuplan-gate") as pool:
                 lifted = list(
-                    pool.map(lambda dr: cluster.release_gate(self.kube, raw[dr[1].pod.key], at), releases)
+                    pool.map(
+                        in_context(lambda dr: cluster.release_gate(self.kube, raw[dr[1].pod.key], at)),
+                        releases,
+                    )
                 )
             for (decision, r), ok in zip(releases, lifted, strict=True):
                 if ok:

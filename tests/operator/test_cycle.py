@@ -199,3 +199,27 @@ def test_the_cycle_releases_a_plans_gates_together_once_every_node_has_room() ->
         assert "schedulingGates" not in pod["spec"]
         assert "gpuplan.ragnaros.io/released" in pod["metadata"]["annotations"]
     assert cycle.service.gates.waiting("ns", "g") is None
+
+
+def test_events_of_plans_written_side_by_side_are_posted_in_the_cycle_s_context() -> None:
+    """kopf.event reads kopf's settings from a context var; the cycle writes plans from a thread
+    pool, whose threads start with an empty context. Posting from there must still see it (it
+    raised LookupError and failed the whole cycle)."""
+    import contextvars
+
+    settings: contextvars.ContextVar[str] = contextvars.ContextVar("settings")
+    posted: list[tuple[str, str]] = []
+
+    def post(plan: PlanBody, type_: str, reason: str, message: str) -> None:
+        posted.append((plan.name, settings.get()))  # LookupError outside the context
+
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])
+    for name in ("a", "b", "c"):
+        kube.put(PLANS_NS, plan(name, deploy=True, **spec(8)))
+    cache = listed(kube)
+    svc = PlanService(kube, Options(plan_seconds=5, polish_seconds=0.2), post, clock=lambda: NOW)
+    kube.fail_on = "/deployments"  # each plan's Deployments fail: its Error Event comes from the pool
+    settings.set("kopf")
+    report = contextvars.copy_context().run(Cycle(svc, cache).run)
+    assert sorted(report.planned) == ["ns/a", "ns/b", "ns/c"]
+    assert {p for p, _ in posted} == {"a", "b", "c"} and {s for _, s in posted} == {"kopf"}

@@ -30,6 +30,7 @@ from enum import Enum
 from typing import Any
 
 from gpuplan_operator import reserve
+from gpuplan_operator.apply import in_context
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cluster import ClusterRead
 from gpuplan_operator.cycle.order import created
@@ -147,7 +148,7 @@ def hand_over(
         return service.prepare(t.plan, t.spec, result, nodes, in_use, desired, shared=answer)
 
     with ThreadPoolExecutor(max_workers=PARALLEL_READS, thread_name_prefix="gpuplan-read") as pool:
-        for (t, *_), got in zip(rendered, pool.map(prepare, rendered), strict=True):
+        for (t, *_), got in zip(rendered, pool.map(in_context(prepare), rendered), strict=True):
             if isinstance(got, Outcome):
                 outcomes[t.plan.uid] = got
             else:
@@ -156,7 +157,7 @@ def hand_over(
         if (failed := service.hand_over(p)) is not None:
             outcomes[p.plan.uid] = failed
     with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-apply") as pool:
-        for p, failed in zip(prepared, pool.map(service.write_rest, prepared), strict=True):
+        for p, failed in zip(prepared, pool.map(in_context(service.write_rest), prepared), strict=True):
             if failed is not None:
                 outcomes[p.plan.uid] = failed
     for step, p in release_order(prepared):
