@@ -124,8 +124,9 @@ class TypeProblem:
             for n in self.usable
         }
 
-    @property
+    @cached_property
     def largest(self) -> int:
+        """The most free units of one node (worked out once: a problem's nodes do not change)."""
         return max((free for _, free in self.nodes), default=0)
 
     @property
@@ -222,6 +223,7 @@ class TypeNodes:
     zoned: frozenset[str]
     notes: tuple[str, ...]
     usable: tuple[Node, ...]
+    largest: int  # the most free units of one node (every plan's problem of the type asks it)
 
 
 NodesMemo = dict[tuple[object, ...], TypeNodes]
@@ -247,7 +249,10 @@ def _type_nodes(spec: PlanSpec, snap: Snapshot, resource: ResourceType, zones: b
             notes.append(note)
     nodes = tuple((n.name, free[n.name]) for n in usable)
     devices = {n.name: {d.name: d for d in n.devices} for n in usable if n.name in domains and n.devices}
-    return TypeNodes(nodes, any_node, domains, devices, frozenset(zoned), tuple(notes), tuple(usable))
+    largest = max(free.values(), default=0)
+    return TypeNodes(
+        nodes, any_node, domains, devices, frozenset(zoned), tuple(notes), tuple(usable), largest
+    )
 
 
 def build_problems(
@@ -271,7 +276,7 @@ def build_problems(
             found = _type_nodes(spec, snap, resource, zones)
             if memo is not None:
                 memo[key] = found
-        largest = max((f for _, f in found.nodes), default=0)
+        largest = found.largest
         items = tuple(
             build_item(
                 i, r, effective_strategy(spec, r), len(found.nodes), largest, spec.scoring,

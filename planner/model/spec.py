@@ -229,6 +229,10 @@ class Node:
         return self._units[0].get(resource_name, 0)
 
 
+def _name(node: Node) -> str:
+    return node.name
+
+
 def _without_devices(node: Node, names: set[str]) -> Node:
     if not names:
         return node
@@ -282,16 +286,19 @@ class Snapshot:
 
     def usable(self, resource: ResourceType | None, tolerations: tuple[Toleration, ...]) -> list[Node]:
         """Nodes of a type (``None``: of any type) that a pod of this plan could run on, by name."""
+        selector = resource.node_selector if resource is not None else ()
         out = []
-        for node in self.nodes:
-            if node.unschedulable or (resource is not None and not resource.selects(node.label_map)):
+        for node in self.nodes:  # the plain loop: it runs once per type over every node
+            if node.unschedulable:
                 continue
-            blocking = [
-                t
+            if selector:
+                labels = node.label_map
+                if any(labels.get(k) != v for k, v in selector):
+                    continue
+            if node.taints and any(
+                t.effect in ("NoSchedule", "NoExecute") and not any(tol.tolerates(t) for tol in tolerations)
                 for t in node.taints
-                if t.effect in ("NoSchedule", "NoExecute")
-                and not any(tol.tolerates(t) for tol in tolerations)
-            ]
-            if not blocking:
-                out.append(node)
-        return sorted(out, key=lambda n: n.name)
+            ):
+                continue
+            out.append(node)
+        return sorted(out, key=_name)

@@ -162,6 +162,7 @@ def _answers(
     residual = Residual(used)
     given = DevicesGiven()
     out: dict[int, Shared] = {}
+    holding: dict[int, set[int]] = {}
     for p in order:
         spec, verdict = specs[p], verdicts[p]
         if verdict.reason is Admission.ADMITTED and p not in failed:
@@ -181,7 +182,7 @@ def _answers(
                 given,
             )
             out[p] = Shared(
-                spec, True, Admission.ADMITTED, result, grants=grants(p, specs, pools, placed, order)
+                spec, True, Admission.ADMITTED, result, grants=grants(p, specs, pools, placed, order, holding)
             )
         elif verdict.reason is Admission.ADMITTED:
             out[p] = Shared(

@@ -57,6 +57,16 @@ class Pool:
     nodes: tuple[tuple[str, int], ...]  # (name, free units): no plan's instances counted
     entries: list[Entry] = field(default_factory=list)
     _items: dict[tuple[str, tuple[int, ...]], Item] = field(default_factory=dict, repr=False)
+    _by_plan: dict[int, list[Entry]] = field(default_factory=dict, repr=False)
+
+    def of(self, plan: int) -> list[Entry]:
+        """``plan``'s entries, in pool order: an index built on first use (after the pool is
+        gathered), so that reading one plan's answer does not walk every plan's requests."""
+        if sum(map(len, self._by_plan.values())) != len(self.entries):
+            self._by_plan = {}
+            for e in self.entries:
+                self._by_plan.setdefault(e.plan, []).append(e)
+        return self._by_plan.get(plan, [])
 
     @cached_property
     def free(self) -> int:
@@ -152,7 +162,9 @@ def build_pools(
     order: list[tuple[str, frozenset[str]]] = []
     memo: NodesMemo = {}
     where: dict[tuple[int, str], int] = {}
-    names: dict[tuple[tuple[str, int], ...], frozenset[str]] = {}
+    # by the node tuple's identity: plans that share a memo entry share the tuple, and hashing
+    # a tuple of every node once per plan costs more than the rest of the gathering
+    names: dict[int, tuple[tuple[tuple[str, int], ...], frozenset[str]]] = {}
     for p, spec in enumerate(specs):
         mine = build_problems(spec, snap, memo=memo)
         problems.append(mine)
@@ -162,9 +174,9 @@ def build_pools(
         )
         touched: list[int] = []
         for pr in mine:
-            if pr.nodes not in names:  # the same tuple for every plan that shares the memo entry
-                names[pr.nodes] = frozenset(n for n, _ in pr.nodes)
-            key = (pr.resource.resource_name, names[pr.nodes])
+            if id(pr.nodes) not in names:  # the tuple is kept alive beside its names
+                names[id(pr.nodes)] = (pr.nodes, frozenset(n for n, _ in pr.nodes))
+            key = (pr.resource.resource_name, names[id(pr.nodes)][1])
             if key not in by_key:
                 by_key[key] = Pool(pr.resource, pr.nodes)
                 order.append(key)
@@ -200,8 +212,8 @@ def reservations(
     for pool in pools:
         rn = pool.resource.resource_name
         per = 1000 if pool.resource.kind is ResourceKind.CPU else 1
-        for e in pool.entries:
-            if (only is not None and e.plan != only) or e.label not in placed:
+        for e in pool.entries if only is None else pool.of(only):
+            if e.label not in placed:
                 continue
             units, nodes = placed[e.label]
             for node, k in nodes.items():
