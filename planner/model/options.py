@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
+from planner.base.once import once
 from planner.base.strategies import SCORINGS, STRATEGIES, Strategy, StrategyRule, Topology
 from planner.model.devices import STANDARD_DOMAIN, Device, Domain, domains_of
 from planner.model.spec import Node, OperatorSpec, PlanSpec, Request, ResourceKind, ResourceType, Snapshot
@@ -106,7 +107,7 @@ class TypeProblem:
             f"{self.resource.resource_name} of every schedulable node"
         )
 
-    @cached_property
+    @once
     def hosts(self) -> dict[str, Host]:
         """Per usable node, for sizing CPU requests: allocatable cpu (millicores) and cards, free
         cpu (millicores), and whether its kubelet refuses pods not aligned on one NUMA node.
@@ -124,7 +125,7 @@ class TypeProblem:
             for n in self.usable
         }
 
-    @cached_property
+    @once
     def largest(self) -> int:
         """The most free units of one node (worked out once: a problem's nodes do not change)."""
         return max((free for _, free in self.nodes), default=0)

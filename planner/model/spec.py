@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from functools import cached_property
 from typing import Any
 
+from planner.base.once import once
 from planner.base.strategies import DEFAULT_SCORING, Strategy, Topology
 from planner.model.devices import STANDARD_DOMAIN, Device
 from planner.model.zones import NodeTopology
@@ -180,7 +180,7 @@ class PlanSpec:
     topology_attribute: str = STANDARD_DOMAIN  # the device attribute whose value is a GPU's domain
     priority: int = 0  # plans planned together: a higher priority is admitted and grows first
 
-    @cached_property
+    @once
     def _by_name(self) -> tuple[dict[str, ResourceType], dict[str, OperatorSpec]]:
         return {r.name: r for r in self.resources}, {o.name: o for o in self.operators}
 
@@ -207,11 +207,11 @@ class Node:
     own_zones: Mapping[str, Mapping[str, int]] | None = field(default=None, compare=False, hash=False)
     reserved_zones: Mapping[str, Mapping[str, int]] | None = field(default=None, compare=False, hash=False)
 
-    @cached_property
+    @once
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
 
-    @cached_property
+    @once
     def _units(self) -> tuple[dict[str, int], dict[str, int]]:
         return dict(self.allocatable), dict(self.used)
 
@@ -282,23 +282,48 @@ class Snapshot:
 
     def labelled(self, resource: ResourceType) -> bool:
         """Does any node, schedulable or not, carry the resource type's labels?"""
-        return any(resource.selects(node.label_map) for node in self.nodes)
+        return any(resource.selects(node.label_map) for node in self._selected(resource.node_selector))
 
     def usable(self, resource: ResourceType | None, tolerations: tuple[Toleration, ...]) -> list[Node]:
         """Nodes of a type (``None``: of any type) that a pod of this plan could run on, by name."""
         selector = resource.node_selector if resource is not None else ()
         out = []
-        for node in self.nodes:  # the plain loop: it runs once per type over every node
-            if node.unschedulable:
+        for node in self._selected(selector):
+            if node.unschedulable or (
+                len(selector) > 1 and any(node.label_map.get(k) != v for k, v in selector)
+            ):
                 continue
-            if selector:
-                labels = node.label_map
-                if any(labels.get(k) != v for k, v in selector):
-                    continue
             if node.taints and any(
                 t.effect in ("NoSchedule", "NoExecute") and not any(tol.tolerates(t) for tol in tolerations)
                 for t in node.taints
             ):
                 continue
             out.append(node)
-        return sorted(out, key=_name)
+        return out
+
+    def _selected(self, selector: tuple[tuple[str, str], ...]) -> list[Node] | tuple[Node, ...]:
+        """The nodes, by name, that carry the selector's first label (all of them without one)."""
+        if not selector:
+            return self._by_name
+        key, value = selector[0]
+        return self._with_label(key).get(value, [])
+
+    @once
+    def _by_name(self) -> tuple[Node, ...]:
+        return tuple(sorted(self.nodes, key=_name))
+
+    @once
+    def _label_index(self) -> dict[str, dict[str, list[Node]]]:
+        return {}
+
+    def _with_label(self, key: str) -> dict[str, list[Node]]:
+        """value -> the nodes, by name, labelled ``key`` with it. Worked out once per label key:
+        every plan's every type selects its nodes here, and a cluster may have 65,000 nodes."""
+        found = self._label_index.get(key)
+        if found is None:
+            found = self._label_index[key] = {}
+            for node in self._by_name:
+                value = node.label_map.get(key)
+                if value is not None:
+                    found.setdefault(value, []).append(node)
+        return found
