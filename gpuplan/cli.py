@@ -10,7 +10,6 @@ entry points, so this package never imports them. A command imports what it need
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -180,7 +179,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.output in ("json", "yaml"):
         doc = {"plans": [a.to_json(named=True) for a in mine]} if several else mine[0].to_json()
         if args.output == "json":
-            print(json.dumps(doc, indent=2))
+            print(_json_text(doc))
         else:
             import yaml
 
@@ -214,6 +213,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
             print(yaml.safe_dump_all(manifests(placed, args.priority_base), sort_keys=False), end="")
     return code
+
+
+def _json_text(doc: Any) -> str:
+    """The answer as indented JSON, written by msgspec (C): at 65,000 nodes it names 165,000
+    nodes, a third of a second for the standard library's writer. The same text as
+    ``json.dumps(doc, indent=2)`` but for two spellings: non-ASCII characters are written as they
+    are (UTF-8), not escaped, and an exponent has no padding zero (``1e-7``, not ``1e-07``)."""
+    import msgspec
+
+    return msgspec.json.format(msgspec.json.encode(doc), indent=2).decode()
 
 
 def cmd_status(args: argparse.Namespace) -> int:
