@@ -10,9 +10,11 @@ entry points, so this package never imports them. A command imports what it need
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -157,7 +159,28 @@ def _read_plans(args: argparse.Namespace) -> list[PlanSpec]:
     return specs
 
 
+@contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Python's cycle collector with a larger first generation while one plan command runs.
+
+    Reading 65,000 nodes and planning on them makes millions of small objects that live until
+    the command ends and hold no cycles the collector would free early; with the default
+    threshold (700 allocations) it walks them again and again, a quarter of the run's time.
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(50_000, 20, 20)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    with _fewer_collections():
+        return _plan(args)
+
+
+def _plan(args: argparse.Namespace) -> int:
     from planner import plan_together
 
     files = [*args.plan, args.nodes, args.pods, args.previous, args.slices, args.claims, args.topology]

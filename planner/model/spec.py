@@ -211,10 +211,6 @@ class Node:
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
 
-    @once
-    def _units(self) -> tuple[dict[str, int], dict[str, int]]:
-        return dict(self.allocatable), dict(self.used)
-
     def free(self, resource_name: str) -> int:
         """Free whole units of a resource (cards, or whole CPU cores)."""
         left = self.free_units(resource_name)
@@ -222,11 +218,18 @@ class Node:
 
     def free_units(self, resource_name: str) -> int:
         """Free units as the snapshot counts them (cpu in millicores)."""
-        alloc, used = self._units
-        return max(0, alloc.get(resource_name, 0) - used.get(resource_name, 0))
+        return max(0, _of(self.allocatable, resource_name) - _of(self.used, resource_name))
 
     def allocatable_units(self, resource_name: str) -> int:
-        return self._units[0].get(resource_name, 0)
+        return _of(self.allocatable, resource_name)
+
+
+def _of(pairs: tuple[tuple[str, int], ...], key: str) -> int:
+    """The value of ``key`` in a few sorted pairs: a scan, no mapping made (65,000 nodes)."""
+    for k, v in pairs:
+        if k == key:
+            return v
+    return 0
 
 
 def _name(node: Node) -> str:
@@ -323,7 +326,8 @@ class Snapshot:
         if found is None:
             found = self._label_index[key] = {}
             for node in self._by_name:
-                value = node.label_map.get(key)
-                if value is not None:
-                    found.setdefault(value, []).append(node)
+                for k, value in node.labels:  # a scan: no mapping made per node
+                    if k == key:
+                        found.setdefault(value, []).append(node)
+                        break
         return found

@@ -99,17 +99,14 @@ def placed_result(
         for e in pools.pools[pi].of(p)
         if e.label in placed
     }
-    own = reservations(
-        pools.pools,
-        {
-            e.label: placed[e.label][1:]
-            for pi in pools.of_plan[p]
-            for e in pools.pools[pi].of(p)
-            if e.label in placed
-        },
-        p,
-    )
+    units = {
+        e.label: placed[e.label][1:]
+        for pi in pools.of_plan[p]
+        for e in pools.pools[pi].of(p)
+        if e.label in placed
+    }
     if pools.special[p]:
+        own = reservations(pools.pools, units, p)
         given = given if given is not None else DevicesGiven()
         others = without(without(used, own), given.units)
         where: PlanPrevious = {k: Placement(u, dict(n)) for k, (c, u, n) in mine.items() if c}
@@ -119,7 +116,11 @@ def placed_result(
         )
         given.add(result, own)
     else:
-        problems = [residual.of(pr, own) for pr in pools.problems[p]]
+        # each type's view adds back only the plan's cards in that type's pool
+        problems = [
+            residual.of(pr, reservations([pools.pool_of(p, pr.resource.name)], units, p))
+            for pr in pools.problems[p]
+        ]
         result = _from_joint(
             fixed, problems, mine, {pools.pools[pi].resource.name: joint[pi] for pi in pools.of_plan[p]}
         )

@@ -212,14 +212,18 @@ def reservations(
     for pool in pools:
         rn = pool.resource.resource_name
         per = 1000 if pool.resource.kind is ResourceKind.CPU else 1
+        held: dict[str, int] = {}  # summed flat first: one resource per pool
         for e in pool.entries if only is None else pool.of(only):
-            if e.label not in placed:
+            got = placed.get(e.label)
+            if got is None:
                 continue
-            units, nodes = placed[e.label]
-            for node, k in nodes.items():
+            each = got[0] * per
+            for node, k in got[1].items():
                 if k:
-                    slot = out.setdefault(node, {})
-                    slot[rn] = slot.get(rn, 0) + k * units * per
+                    held[node] = held.get(node, 0) + k * each
+        for node, k in held.items():
+            slot = out.setdefault(node, {})
+            slot[rn] = slot.get(rn, 0) + k
     return out
 
 
