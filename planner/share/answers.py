@@ -30,7 +30,7 @@ from planner.search.place import NodeCounts
 from planner.share.admission import Verdict, fits
 from planner.share.growth import PoolPlan
 from planner.share.outcome import Admission, BelowMax, Grant, Shared, plan_name
-from planner.share.pools import Entry, Pool, Pools, reservations, without
+from planner.share.pools import Entry, Pool, Pools, held_in, reservations, without
 
 GRANT_SECONDS = 0.2  # at most this long to tell "held by other plans" from "no room", per request
 
@@ -118,8 +118,7 @@ def placed_result(
     else:
         # each type's view adds back only the plan's cards in that type's pool
         problems = [
-            residual.of(pr, reservations([pools.pool_of(p, pr.resource.name)], units, p))
-            for pr in pools.problems[p]
+            residual.of(pr, held_in(pools.pool_of(p, pr.resource.name), units, p)) for pr in pools.problems[p]
         ]
         result = _from_joint(
             fixed, problems, mine, {pools.pools[pi].resource.name: joint[pi] for pi in pools.of_plan[p]}
@@ -159,7 +158,9 @@ class Residual:
         self.used = used
         self.base: dict[int, tuple[list[tuple[str, int]], dict[str, int], int]] = {}
 
-    def of(self, problem: TypeProblem, own: Mapping[str, Mapping[str, int]]) -> TypeProblem:
+    def of(self, problem: TypeProblem, own: Mapping[str, int]) -> TypeProblem:
+        """``problem`` on what the plans hold, the plan's ``own`` (node -> units, see
+        :func:`planner.share.pools.held_in`) given back."""
         rn = problem.resource.resource_name
         per = 1000 if problem.resource.kind is ResourceKind.CPU else 1
         key = id(problem.nodes)
@@ -172,9 +173,11 @@ class Residual:
         mine = list(nodes)
         for node, units in own.items():
             i = index.get(node)
-            if i is not None and units.get(rn):
-                mine[i] = (node, mine[i][1] + units[rn] // per)
-                largest = max(largest, mine[i][1])
+            if i is not None:
+                free = mine[i][1] + units
+                mine[i] = (node, free)
+                if free > largest:
+                    largest = free
         out = replace(problem, nodes=tuple(mine))
         # its cached ``largest``, known here without another pass over every node
         vars(out)["largest"] = largest

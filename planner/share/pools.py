@@ -58,6 +58,9 @@ class Pool:
     entries: list[Entry] = field(default_factory=list)
     _items: dict[tuple[str, tuple[int, ...]], Item] = field(default_factory=dict, repr=False)
     _by_plan: dict[int, list[Entry]] = field(default_factory=dict, repr=False)
+    _shapes: dict[tuple[object, ...], tuple[tuple[Split, ...], tuple[tuple[int, int, str], ...]]] = field(
+        default_factory=dict, repr=False
+    )
 
     def of(self, plan: int) -> list[Entry]:
         """``plan``'s entries, in pool order: an index built on first use (after the pool is
@@ -92,10 +95,24 @@ class Pool:
         return made if made.index == index else replace(made, index=index)
 
     def _item(self, entry: Entry, counts: Sequence[int]) -> Item:
+        machines, strategy, scoring = entry.request.machines, entry.strategy, entry.scoring
+        shape = (strategy, machines, scoring, tuple(counts))
+        made = self._shapes.get(shape)
+        if made is None:  # requests of one shape (thousands, in a large pool) share their splits
+            made = self._shapes[shape] = self._splits(strategy, machines, scoring, counts)
+        splits, rejected = made
+        request = Request(
+            entry.label, entry.request.resource, max(counts, default=0), entry.request.machines,
+            min(counts, default=0),
+        )  # fmt: skip
+        return Item(0, request, entry.strategy, splits, rejected, entry.topology)
+
+    def _splits(
+        self, strategy: Strategy, machines: int | None, scoring: str, counts: Sequence[int]
+    ) -> tuple[tuple[Split, ...], tuple[tuple[int, int, str], ...]]:
         n, largest = len(self.nodes), self.largest
         splits: list[Split] = []
         rejected: list[tuple[int, int, str]] = []
-        machines, strategy, scoring = entry.request.machines, entry.strategy, entry.scoring
         for c in counts:
             if c == 0:
                 continue
@@ -105,11 +122,7 @@ class Pool:
         if 0 in counts:  # runs nothing: no instance, of a size the others use already
             splits.append(Split(0, min((s.units for s in splits), default=1), Fraction(0)))
         splits.sort(key=lambda s: -s.instances * s.units)  # stable: best score first per count
-        request = Request(
-            entry.label, entry.request.resource, max(counts, default=0), entry.request.machines,
-            min(counts, default=0),
-        )  # fmt: skip
-        return Item(0, request, entry.strategy, tuple(splits), tuple(rejected), entry.topology)
+        return tuple(splits), tuple(rejected)
 
     def problem(self, chosen: Sequence[tuple[Entry, Sequence[int]]]) -> TypeProblem:
         """The pool's problem for these entries, each with the counts it may take."""
@@ -225,6 +238,19 @@ def reservations(
             slot = out.setdefault(node, {})
             slot[rn] = slot.get(rn, 0) + k
     return out
+
+
+def held_in(pool: Pool, placed: Mapping[str, tuple[int, NodeCounts]], plan: int) -> dict[str, int]:
+    """node -> units (whole: cards, or CPU cores) ``plan``'s placed entries hold in ``pool``."""
+    held: dict[str, int] = {}
+    for e in pool.of(plan):
+        got = placed.get(e.label)
+        if got is not None:
+            units = got[0]
+            for node, k in got[1].items():
+                if k:
+                    held[node] = held.get(node, 0) + k * units
+    return held
 
 
 def without(
