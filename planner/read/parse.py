@@ -374,6 +374,7 @@ def parse_nodes(doc: Any) -> list[Node]:
     """
     out: list[Node] = []
     quantities: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[tuple[Any, Any], ...], tuple[tuple[str, int], ...]] = {}
     for i, item in enumerate(items(doc, "nodes", "Node")):
         if item.get("kind", "Node") != "Node":
             continue
@@ -394,7 +395,7 @@ def parse_nodes(doc: Any) -> list[Node]:
             Node(
                 name=name,
                 labels=_pairs(meta.get("labels") or {}),
-                allocatable=tuple(sorted(_quantity(quantities, k, v, i) for k, v in alloc.items())),
+                allocatable=_allocatable(seen, quantities, alloc, i),
                 unschedulable=bool(spec.get("unschedulable", False)),
                 taints=taints,
             )
@@ -416,6 +417,26 @@ def _pairs(labels: Mapping[Any, Any]) -> tuple[tuple[str, str], ...]:
     if type(labels) is dict and set(map(type, labels)) <= {str} and set(map(type, labels.values())) <= {str}:
         return tuple(sorted(labels.items()))
     return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
+def _allocatable(
+    seen: dict[tuple[tuple[Any, Any], ...], tuple[tuple[str, int], ...]],
+    quantities: dict[tuple[str, str], int],
+    alloc: Mapping[str, Any],
+    i: int,
+) -> tuple[tuple[str, int], ...]:
+    """A node's allocatable as sorted (resource, units); nodes of one shape (most of a large
+    cluster: the same cards, CPUs and memory) share the parsed tuple."""
+    pairs = tuple(alloc.items())
+    try:
+        got = seen.get(pairs)
+    except TypeError:  # a value that cannot be hashed: parsed (and refused) on its own
+        got = None
+    if got is None:
+        got = tuple(sorted(_quantity(quantities, k, v, i) for k, v in pairs))
+        if all(type(v) is str for _, v in pairs):
+            seen[pairs] = got
+    return got
 
 
 def _quantity(seen: dict[tuple[str, str], int], key: Any, value: Any, i: int) -> tuple[str, int]:
