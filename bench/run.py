@@ -335,8 +335,11 @@ def release_point(size: int, fill: float, rel: dict[str, str] | None) -> dict[st
     return out
 
 
-def together_point(size: int, fill: float, plans: int = 20, requests: int = 1000) -> dict[str, Any]:
-    """``plans`` plan files planned together; the mins ask ``fill`` × 5/6 of the free cards."""
+def together_point(
+    size: int, fill: float, base: dict[str, str] | None = None, plans: int = 20, requests: int = 1000
+) -> dict[str, Any]:
+    """``plans`` plan files planned together; the mins ask ``fill`` × 5/6 of the free cards.
+    Best of three (wall and CPU seconds), today's planner and ``SHARE_BASELINE`` taking turns."""
     docs, nodes = together(size, plans, requests, fill)
     OUT.mkdir(exist_ok=True)
     paths = []
@@ -346,29 +349,40 @@ def together_point(size: int, fill: float, plans: int = 20, requests: int = 1000
         paths.append(str(path))
     n = OUT / f"together-{size}-{fill}-nodes.json"
     n.write_text(json.dumps(nodes))
-    walls, mbs, res = [], [], None
-    for _ in range(3):
-        wall, mb, res = run([*CLI, "plan", *paths, "--nodes", str(n), "-o", "json", "-q"])
-        walls.append(wall)
-        mbs.append(mb)
-    assert res is not None
-    problems = validate_together(paths, str(n), res)
-    if problems:
-        raise SystemExit(f"together {size}: invalid answer: {problems[:3]}")
-    got = res["plans"]
-    admitted = sum(p["admitted"] for p in got)
-    elastic = [g for p in got for g in p.get("elastic", [])]
-    at_max = sum(g["cards"] == g["max"] for g in elastic)
-    how = "/".join(sorted({s["method"] for p in got for s in p.get("search", [])}))
-    proven = all(p["optimal"] for p in got)
+    args = ["plan", *paths, "--nodes", str(n), "-o", "json", "-q"]
     label = f"{size} nodes, {plans} plans, {requests} req, mins {fill * 5 / 6:.0%}"
-    print(
-        f"{label:<44} {'gpuplan (min 3)':<16} {min(walls):>8.2f} {max(mbs):>8.0f}  "
-        f"{admitted}/{plans} admitted, {at_max}/{len(elastic)} elastic at max, "
-        f"{'proven' if proven else 'not proven'} ({how})",
-        flush=True,
-    )
-    return {"case": label, "wall": min(walls), "mb": max(mbs), "admitted": admitted, "proven": proven}
+    runs: list[tuple[str, list[str], dict[str, str] | None]] = [("gpuplan (min 3)", CLI, None)]
+    if base is not None:
+        runs.append((f"before {SHARE_BASELINE}", baseline_cli("gpuplan.cli"), base))
+    seen: dict[str, list[tuple[Measured, Any]]] = {who: [] for who, _, _ in runs}
+    for _ in range(3):
+        for who, cli, env in runs:
+            seen[who].append(measured([*cli, *args], env))
+    out: dict[str, Any] = {"case": label}
+    for who, _, _ in runs:
+        res = seen[who][-1][1]
+        problems = validate_together(paths, str(n), res)
+        if problems:
+            raise SystemExit(f"together {size} ({who}): invalid answer: {problems[:3]}")
+        got = res["plans"]
+        admitted = sum(p["admitted"] for p in got)
+        elastic = [g for p in got for g in p.get("elastic", [])]
+        at_max = sum(g["cards"] == g["max"] for g in elastic)
+        how = "/".join(sorted({s["method"] for p in got for s in p.get("search", [])}))
+        proven = all(p["optimal"] for p in got)
+        wall = min(m.wall_s for m, _ in seen[who])
+        cpu = min(m.cpu_s for m, _ in seen[who])
+        mb = max(m.peak_rss_mb for m, _ in seen[who])
+        print(
+            f"{label if who.startswith('gpuplan') else '':<44} {who:<16} {wall:>8.2f} {mb:>8.0f}  "
+            f"{admitted}/{plans} admitted, {at_max}/{len(elastic)} elastic at max, "
+            f"{'proven' if proven else 'not proven'} ({how}); {cpu:.2f} s CPU",
+            flush=True,
+        )
+        key = "" if who.startswith("gpuplan") else "baseline_"
+        out |= {f"{key}wall": wall, f"{key}cpu": cpu, f"{key}mb": mb, f"{key}admitted": admitted}
+        out |= {f"{key}proven": proven}
+    return out
 
 
 def main() -> None:
@@ -404,7 +418,8 @@ def main() -> None:
         return
     if args.together:
         print(HEAD)
-        points = [together_point(size, fill) for size in (1000, 5000) for fill in (0.5, 1.0, 1.3)]
+        sbase = baseline_env(SHARE_BASELINE)
+        points = [together_point(size, fill, sbase) for size in (1000, 5000) for fill in (0.5, 1.0, 1.3)]
         (OUT / "together-bench.json").write_text(json.dumps(points, indent=2))
         return
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "points": []}
@@ -472,7 +487,9 @@ def main() -> None:
     ]
 
     print("\nseveral plans planned together (20 plans of 3 priorities, a third of requests elastic):")
-    results["together"] = [together_point(size, fill) for size in (1000, 5000) for fill in (0.5, 1.0, 1.3)]
+    results["together"] = [
+        together_point(size, fill, sbase) for size in (1000, 5000) for fill in (0.5, 1.0, 1.3)
+    ]
 
     print("\nre-plan after cordoning the busiest node (--previous):")
     results["replans"] = [
