@@ -3,8 +3,8 @@ without its lock.
 
 Python 3.11's ``cached_property`` takes a lock on every first access; the planner reads a few
 such values per node (a node's labels as a mapping, its units), 65,000 nodes in a large cluster,
-where the lock costs more than the value. The planner is single-threaded: a value worked out
-twice by two threads would be the same value.
+where the lock costs more than the value. Without it two threads may both work a value out the
+first time; they get equal values, each stored whole, so nothing reads a half-made one.
 """
 
 from __future__ import annotations

@@ -324,10 +324,12 @@ class Snapshot:
         every plan's every type selects its nodes here, and a cluster may have 65,000 nodes."""
         found = self._label_index.get(key)
         if found is None:
-            found = self._label_index[key] = {}
+            found = {}
             for node in self._by_name:
                 for k, value in node.labels:  # a scan: no mapping made per node
                     if k == key:
                         found.setdefault(value, []).append(node)
                         break
+            # kept only once complete: a thread reading the same snapshot never sees it half built
+            self._label_index[key] = found
         return found
