@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE))
 import kubectl_nodes  # noqa: E402
 from instances import TYPES, large, medium, scale, topology  # noqa: E402
 from spawn import Measured, launch  # noqa: E402
-from together import together, validate_together  # noqa: E402
+from together import plans_for, together, validate_together  # noqa: E402
 from validate import validate, validate_devices  # noqa: E402
 
 OUT = HERE / "out"
@@ -51,6 +51,9 @@ BASELINE_CLI = baseline_cli("planner.cli")
 # the release before several plans were planned together: single plans must not be slower than it
 RELEASE = "e0a1626"
 RELEASE_CLI = baseline_cli("gpuplan.cli")
+# several plans planned together, before large clusters were read and planned per plan rather
+# than per node (65,000 nodes x 50 plans)
+SHARE_BASELINE = "bcbfbc9"
 
 
 def run(
@@ -206,13 +209,10 @@ def topology_point(
     return out
 
 
-def large_cluster(base: dict[str, str] | None, base_timeout: float) -> list[dict[str, Any]]:
-    """65,000 Nodes as kubectl writes them (JSON and YAML), one plan of 8,000 requests; and the
-    same nodes cut down to what the planner reads, which is the planning alone."""
+def large_nodes() -> dict[str, Path]:
+    """The 65,000-node files (written once, from a fixed seed): as kubectl writes them, JSON and
+    YAML, and cut down to the fields the planner reads."""
     OUT.mkdir(exist_ok=True)
-    plan, _, count = scale(100, 8000, 0.35, seed=5)  # the requests only: the same whatever the nodes
-    p = OUT / "large-plan.json"
-    p.write_text(json.dumps(plan))
     per_type = {t: LARGE_NODES // len(TYPES) for t in TYPES}
     paths = {}
     for fmt in ("json", "yaml"):
@@ -230,8 +230,20 @@ def large_cluster(base: dict[str, str] | None, base_timeout: float) -> list[dict
         ]
         planner_only.write_text(json.dumps({"kind": "List", "items": keep}))
         del doc, keep
+    return paths | {"planner's fields only": planner_only}
+
+
+def large_cluster(base: dict[str, str] | None, base_timeout: float) -> list[dict[str, Any]]:
+    """65,000 Nodes as kubectl writes them (JSON and YAML), one plan of 8,000 requests; and the
+    same nodes cut down to what the planner reads, which is the planning alone."""
+    plan, _, count = scale(100, 8000, 0.35, seed=5)  # the requests only: the same whatever the nodes
+    p = OUT / "large-plan.json"
+    p.write_text(json.dumps(plan))
+    files = large_nodes()
+    paths = {fmt: files[fmt] for fmt in ("json", "yaml")}
+    planner_only = files["planner's fields only"]
     out = []
-    for what, path in (*paths.items(), ("planner's fields only", planner_only)):
+    for what, path in files.items():
         size = path.stat().st_size / 1e6
         label = f"{LARGE_NODES:,} nodes, {count} req, {what} ({size:.0f} MB)"
         args = ["plan", str(p), "--nodes", str(path), "-o", "json", "-q"]
@@ -253,6 +265,48 @@ def large_cluster(base: dict[str, str] | None, base_timeout: float) -> list[dict
             row("", f"before {READER_BASELINE}", b.wall_s, b.peak_rss_mb, bres, cpu + ratio + same)
             point |= {"baseline_wall": b.wall_s, "baseline_mb": b.peak_rss_mb}
             point |= {"baseline_cpu": b.cpu_s, "baseline_done": bres is not None}
+        out.append(point)
+    return out
+
+
+def large_together(base: dict[str, str] | None, base_timeout: float) -> list[dict[str, Any]]:
+    """The 65,000 nodes (JSON, YAML, the planner's fields only) and 50 plans of three priorities,
+    8,000 requests, a third elastic, planned together; beside the planner of several plans before
+    large clusters were planned per plan rather than per node (``SHARE_BASELINE``)."""
+    files = large_nodes()
+    small = files["planner's fields only"]
+    docs = plans_for(json.loads(small.read_text()), 50, 8000, fill=0.6)
+    plans = []
+    for i, doc in enumerate(docs):
+        path = OUT / f"large-together-{i:02d}.json"
+        path.write_text(json.dumps(doc))
+        plans.append(str(path))
+    out = []
+    for what, path in files.items():
+        label = f"{LARGE_NODES:,} nodes, 50 plans, 8000 req, {what}"
+        args = ["plan", *plans, "--nodes", str(path), "-o", "json", "-q"]
+        runs: list[tuple[str, list[str], dict[str, str] | None]] = [("gpuplan", CLI, None)]
+        if base is not None:
+            runs.append((f"before {SHARE_BASELINE}", baseline_cli("gpuplan.cli"), base))
+        point: dict[str, Any] = {"case": label}
+        for who, cli, env in runs:
+            m, res = measured([*cli, *args], env, base_timeout if env else None)
+            if res is None:
+                row(label if who == "gpuplan" else "", who, m.wall_s, m.peak_rss_mb, None)
+                continue
+            problems = validate_together(plans, str(small), res)
+            if problems:
+                raise SystemExit(f"{label} ({who}): invalid answer: {problems[:3]}")
+            got = res["plans"]
+            admitted = sum(p["admitted"] for p in got)
+            proven = all(p["optimal"] for p in got)
+            print(
+                f"{label if who == 'gpuplan' else '':<44} {who:<16} {m.wall_s:>8.2f} {m.peak_rss_mb:>8.0f}  "
+                f"{admitted}/50 admitted, {'proven' if proven else 'not proven'}; {m.cpu_s:.1f} s CPU",
+                flush=True,
+            )
+            key = "" if who == "gpuplan" else "baseline_"
+            point |= {f"{key}wall": m.wall_s, f"{key}cpu": m.cpu_s, f"{key}mb": m.peak_rss_mb}
         out.append(point)
     return out
 
@@ -281,8 +335,11 @@ def release_point(size: int, fill: float, rel: dict[str, str] | None) -> dict[st
     return out
 
 
-def together_point(size: int, fill: float, plans: int = 20, requests: int = 1000) -> dict[str, Any]:
-    """``plans`` plan files planned together; the mins ask ``fill`` × 5/6 of the free cards."""
+def together_point(
+    size: int, fill: float, base: dict[str, str] | None = None, plans: int = 20, requests: int = 1000
+) -> dict[str, Any]:
+    """``plans`` plan files planned together; the mins ask ``fill`` × 5/6 of the free cards.
+    Best of three (wall and CPU seconds), today's planner and ``SHARE_BASELINE`` taking turns."""
     docs, nodes = together(size, plans, requests, fill)
     OUT.mkdir(exist_ok=True)
     paths = []
@@ -292,29 +349,40 @@ def together_point(size: int, fill: float, plans: int = 20, requests: int = 1000
         paths.append(str(path))
     n = OUT / f"together-{size}-{fill}-nodes.json"
     n.write_text(json.dumps(nodes))
-    walls, mbs, res = [], [], None
-    for _ in range(3):
-        wall, mb, res = run([*CLI, "plan", *paths, "--nodes", str(n), "-o", "json", "-q"])
-        walls.append(wall)
-        mbs.append(mb)
-    assert res is not None
-    problems = validate_together(paths, str(n), res)
-    if problems:
-        raise SystemExit(f"together {size}: invalid answer: {problems[:3]}")
-    got = res["plans"]
-    admitted = sum(p["admitted"] for p in got)
-    elastic = [g for p in got for g in p.get("elastic", [])]
-    at_max = sum(g["cards"] == g["max"] for g in elastic)
-    how = "/".join(sorted({s["method"] for p in got for s in p.get("search", [])}))
-    proven = all(p["optimal"] for p in got)
+    args = ["plan", *paths, "--nodes", str(n), "-o", "json", "-q"]
     label = f"{size} nodes, {plans} plans, {requests} req, mins {fill * 5 / 6:.0%}"
-    print(
-        f"{label:<44} {'gpuplan (min 3)':<16} {min(walls):>8.2f} {max(mbs):>8.0f}  "
-        f"{admitted}/{plans} admitted, {at_max}/{len(elastic)} elastic at max, "
-        f"{'proven' if proven else 'not proven'} ({how})",
-        flush=True,
-    )
-    return {"case": label, "wall": min(walls), "mb": max(mbs), "admitted": admitted, "proven": proven}
+    runs: list[tuple[str, list[str], dict[str, str] | None]] = [("gpuplan (min 3)", CLI, None)]
+    if base is not None:
+        runs.append((f"before {SHARE_BASELINE}", baseline_cli("gpuplan.cli"), base))
+    seen: dict[str, list[tuple[Measured, Any]]] = {who: [] for who, _, _ in runs}
+    for _ in range(3):
+        for who, cli, env in runs:
+            seen[who].append(measured([*cli, *args], env))
+    out: dict[str, Any] = {"case": label}
+    for who, _, _ in runs:
+        res = seen[who][-1][1]
+        problems = validate_together(paths, str(n), res)
+        if problems:
+            raise SystemExit(f"together {size} ({who}): invalid answer: {problems[:3]}")
+        got = res["plans"]
+        admitted = sum(p["admitted"] for p in got)
+        elastic = [g for p in got for g in p.get("elastic", [])]
+        at_max = sum(g["cards"] == g["max"] for g in elastic)
+        how = "/".join(sorted({s["method"] for p in got for s in p.get("search", [])}))
+        proven = all(p["optimal"] for p in got)
+        wall = min(m.wall_s for m, _ in seen[who])
+        cpu = min(m.cpu_s for m, _ in seen[who])
+        mb = max(m.peak_rss_mb for m, _ in seen[who])
+        print(
+            f"{label if who.startswith('gpuplan') else '':<44} {who:<16} {wall:>8.2f} {mb:>8.0f}  "
+            f"{admitted}/{plans} admitted, {at_max}/{len(elastic)} elastic at max, "
+            f"{'proven' if proven else 'not proven'} ({how}); {cpu:.2f} s CPU",
+            flush=True,
+        )
+        key = "" if who.startswith("gpuplan") else "baseline_"
+        out |= {f"{key}wall": wall, f"{key}cpu": cpu, f"{key}mb": mb, f"{key}admitted": admitted}
+        out |= {f"{key}proven": proven}
+    return out
 
 
 def main() -> None:
@@ -323,12 +391,24 @@ def main() -> None:
     ap.add_argument("--baseline-timeout", type=float, default=90.0)
     ap.add_argument("--large-only", action="store_true", help="only the 65,000-node reading points")
     ap.add_argument("--together", action="store_true", help="only the several-plans points")
+    ap.add_argument(
+        "--large-together", action="store_true", help="only 65,000 nodes with 50 plans planned together"
+    )
     ap.add_argument("--release", action="store_true", help="only single plans beside the release")
     args = ap.parse_args()
     if args.large_only:
         print(HEAD)
         rbase = None if args.quick else baseline_env(READER_BASELINE)
         large_cluster(rbase, args.baseline_timeout)
+        print(f"\n{LARGE_NODES:,} nodes, 50 plans planned together:")
+        sbase = None if args.quick else baseline_env(SHARE_BASELINE)
+        large_together(sbase, args.baseline_timeout)
+        return
+    if args.large_together:
+        print(HEAD)
+        sbase = None if args.quick else baseline_env(SHARE_BASELINE)
+        points = large_together(sbase, args.baseline_timeout)
+        (OUT / "large-together-bench.json").write_text(json.dumps(points, indent=2))
         return
     if args.release:
         print(HEAD)
@@ -338,7 +418,8 @@ def main() -> None:
         return
     if args.together:
         print(HEAD)
-        points = [together_point(size, fill) for size in (1000, 5000) for fill in (0.5, 1.0, 1.3)]
+        sbase = baseline_env(SHARE_BASELINE)
+        points = [together_point(size, fill, sbase) for size in (1000, 5000) for fill in (0.5, 1.0, 1.3)]
         (OUT / "together-bench.json").write_text(json.dumps(points, indent=2))
         return
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "points": []}
@@ -396,6 +477,9 @@ def main() -> None:
     print(f"\n{LARGE_NODES:,} nodes as kubectl writes them (conditions, addresses, nodeInfo, images):")
     rbase = None if args.quick else baseline_env(READER_BASELINE)
     results["large"] = large_cluster(rbase, args.baseline_timeout)
+    print(f"\n{LARGE_NODES:,} nodes, 50 plans planned together:")
+    sbase = None if args.quick else baseline_env(SHARE_BASELINE)
+    results["large_together"] = large_together(sbase, args.baseline_timeout)
     print("\nsingle plans beside the release before plans were planned together:")
     rel = None if args.quick else baseline_env(RELEASE)
     results["release"] = [
@@ -403,7 +487,9 @@ def main() -> None:
     ]
 
     print("\nseveral plans planned together (20 plans of 3 priorities, a third of requests elastic):")
-    results["together"] = [together_point(size, fill) for size in (1000, 5000) for fill in (0.5, 1.0, 1.3)]
+    results["together"] = [
+        together_point(size, fill, sbase) for size in (1000, 5000) for fill in (0.5, 1.0, 1.3)
+    ]
 
     print("\nre-plan after cordoning the busiest node (--previous):")
     results["replans"] = [

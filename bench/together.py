@@ -23,9 +23,16 @@ def together(
     nodes: int, plans: int, requests: int, fill: float = 0.6, seed: int = 5
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The plans (oldest first) and the NodeList."""
-    rng = random.Random(seed)
     per_type = {t: nodes // 4 + (1 if i < nodes % 4 else 0) for i, t in enumerate(TYPES)}
     doc = nodes_doc(per_type, random.Random(seed + 1), [0, 0, 0, 0, 2, 3, 4, 5, 8])
+    return plans_for(doc, plans, requests, fill, seed), doc
+
+
+def plans_for(
+    doc: dict[str, Any], plans: int, requests: int, fill: float = 0.6, seed: int = 5
+) -> list[dict[str, Any]]:
+    """``plans`` plans of ``requests`` requests in all, sized on the free cards of the NodeList."""
+    rng = random.Random(seed)
     free = dict.fromkeys(TYPES, 0)
     for item in doc["items"]:
         free[item["metadata"]["labels"][TYPE_LABEL]] += int(item["status"]["allocatable"]["nvidia.com/gpu"])
@@ -66,7 +73,7 @@ def together(
                 },
             }
         )
-    return out, doc
+    return out
 
 
 def _asked(body: Any, res: str) -> tuple[int, int, int]:

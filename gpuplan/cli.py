@@ -10,10 +10,11 @@ entry points, so this package never imports them. A command imports what it need
 from __future__ import annotations
 
 import argparse
-import json
+import gc
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -158,7 +159,28 @@ def _read_plans(args: argparse.Namespace) -> list[PlanSpec]:
     return specs
 
 
+@contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Python's cycle collector with a larger first generation while one plan command runs.
+
+    Reading 65,000 nodes and planning on them makes millions of small objects that live until
+    the command ends and hold no cycles the collector would free early; with the default
+    threshold (700 allocations) it walks them again and again, a quarter of the run's time.
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(50_000, 20, 20)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    with _fewer_collections():
+        return _plan(args)
+
+
+def _plan(args: argparse.Namespace) -> int:
     from planner import plan_together
 
     files = [*args.plan, args.nodes, args.pods, args.previous, args.slices, args.claims, args.topology]
@@ -180,7 +202,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.output in ("json", "yaml"):
         doc = {"plans": [a.to_json(named=True) for a in mine]} if several else mine[0].to_json()
         if args.output == "json":
-            print(json.dumps(doc, indent=2))
+            print(_json_text(doc))
         else:
             import yaml
 
@@ -214,6 +236,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
             print(yaml.safe_dump_all(manifests(placed, args.priority_base), sort_keys=False), end="")
     return code
+
+
+def _json_text(doc: Any) -> str:
+    """The answer as indented JSON, written by msgspec (C): at 65,000 nodes it names 165,000
+    nodes, a third of a second for the standard library's writer. The same text as
+    ``json.dumps(doc, indent=2)`` but for two spellings: non-ASCII characters are written as they
+    are (UTF-8), not escaped, and an exponent has no padding zero (``1e-7``, not ``1e-07``)."""
+    import msgspec
+
+    return msgspec.json.format(msgspec.json.encode(doc), indent=2).decode()
 
 
 def cmd_status(args: argparse.Namespace) -> int:

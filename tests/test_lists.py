@@ -306,3 +306,21 @@ def test_any_text_typed_into_a_node_reads_or_fails_as_the_generic_reader(raw: st
     data = NODES_OK.replace("zone: z1", where.format(raw)).encode()
     fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
     assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS))
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"kind": "Node", "metadata": None, "spec": "x", "status": {"allocatable": [1]}},
+        {"kind": "Node", "metadata": {"name": "a", "labels": [1, 2]}, "spec": None, "status": 3},
+        {"kind": "Pod", "spec": {"containers": {"a": 1}, "initContainers": None}, "status": None},
+        {"kind": "Pod", "spec": {"containers": [None, 3, {"resources": "r", "x": 1}]}},
+    ],
+)
+def test_values_of_another_shape_are_kept_whole_as_prune_keeps_them(item: Any) -> None:
+    """A kept field whose value has another shape than expected is kept whole, as prune keeps
+    it on the generic reader's document (for the planner to refuse, naming the field)."""
+    fine = {"kind": "Node", "metadata": {"name": "b"}, "status": {"allocatable": {"cpu": "1"}}}
+    for fields in (NODE_FIELDS, POD_FIELDS):
+        data = write({"kind": "List", "items": [fine, item, fine]}, "json")
+        assert read_list(data, "f", "nodes", fields) == expected(data, fields)

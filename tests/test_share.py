@@ -78,7 +78,9 @@ def test_types_that_overlap_without_being_equal_are_planned_one_after_another() 
     narrow = named("narrow", {"body_1vn": {"P4": {"min": 4, "max": 16}}}, resources=[P4], priority=5)
     w, n = plan_together([wide, narrow], snap)
     assert w.admitted and n.admitted
-    assert not w.result.optimal and not n.result.optimal  # no joint proof for entangled types
+    # no joint model for entangled types, but every objective is at its bound: all admitted, all
+    # at their max, each plan's score that of its best splits on the whole cluster
+    assert w.result.optimal and n.result.optimal
     used: dict[str, int] = {}
     for s in (w, n):
         for a in s.result.allocations:
@@ -86,6 +88,21 @@ def test_types_that_overlap_without_being_equal_are_planned_one_after_another() 
                 used[node] = used.get(node, 0) + k * a.units
     assert used == {"p4-000": 8, "p4-001": 8, "t4-000": 8}
     assert n.grants[0].cards == 16  # the higher priority first: all the P4 cards
+
+
+def test_overlapping_types_below_their_bound_are_not_reported_optimal() -> None:
+    anything = {"name": "GPU", "nodeSelector": {}}
+    snap = snapshot(node_list([("p4-000", "P4", 8), ("t4-000", "T4", 8)]))
+    narrow = named("narrow", {"body_1vn": {"P4": {"min": 4, "max": 8}}}, resources=[P4], priority=5)
+    # not admitted: the narrow plan, first, holds the P4 cards the wide one would need
+    wide = named("wide", {"face_1vn": {"GPU": 12}}, resources=[anything])
+    w, n = plan_together([wide, narrow], snap)
+    assert n.admitted and not w.admitted and not n.result.optimal
+    # the wide plan first: 12 of the 16 cards, the narrow one cannot reach its max of 8
+    wide = named("wide", {"face_1vn": {"GPU": 12}}, resources=[anything], priority=9)
+    w, n = plan_together([wide, narrow], snap)
+    assert w.admitted and (not n.admitted or n.grants[0].cards < 8)
+    assert not w.result.optimal and not n.result.optimal
 
 
 def test_an_operator_asking_for_two_types_gets_each_on_its_own_nodes() -> None:

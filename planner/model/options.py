@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
+from planner.base.once import once
 from planner.base.strategies import SCORINGS, STRATEGIES, Strategy, StrategyRule, Topology
 from planner.model.devices import STANDARD_DOMAIN, Device, Domain, domains_of
 from planner.model.spec import Node, OperatorSpec, PlanSpec, Request, ResourceKind, ResourceType, Snapshot
@@ -106,7 +107,7 @@ class TypeProblem:
             f"{self.resource.resource_name} of every schedulable node"
         )
 
-    @cached_property
+    @once
     def hosts(self) -> dict[str, Host]:
         """Per usable node, for sizing CPU requests: allocatable cpu (millicores) and cards, free
         cpu (millicores), and whether its kubelet refuses pods not aligned on one NUMA node.
@@ -124,8 +125,9 @@ class TypeProblem:
             for n in self.usable
         }
 
-    @property
+    @once
     def largest(self) -> int:
+        """The most free units of one node (worked out once: a problem's nodes do not change)."""
         return max((free for _, free in self.nodes), default=0)
 
     @property
@@ -222,6 +224,7 @@ class TypeNodes:
     zoned: frozenset[str]
     notes: tuple[str, ...]
     usable: tuple[Node, ...]
+    largest: int  # the most free units of one node (every plan's problem of the type asks it)
 
 
 NodesMemo = dict[tuple[object, ...], TypeNodes]
@@ -247,7 +250,10 @@ def _type_nodes(spec: PlanSpec, snap: Snapshot, resource: ResourceType, zones: b
             notes.append(note)
     nodes = tuple((n.name, free[n.name]) for n in usable)
     devices = {n.name: {d.name: d for d in n.devices} for n in usable if n.name in domains and n.devices}
-    return TypeNodes(nodes, any_node, domains, devices, frozenset(zoned), tuple(notes), tuple(usable))
+    largest = max(free.values(), default=0)
+    return TypeNodes(
+        nodes, any_node, domains, devices, frozenset(zoned), tuple(notes), tuple(usable), largest
+    )
 
 
 def build_problems(
@@ -271,7 +277,7 @@ def build_problems(
             found = _type_nodes(spec, snap, resource, zones)
             if memo is not None:
                 memo[key] = found
-        largest = max((f for _, f in found.nodes), default=0)
+        largest = found.largest
         items = tuple(
             build_item(
                 i, r, effective_strategy(spec, r), len(found.nodes), largest, spec.scoring,

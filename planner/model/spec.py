@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from functools import cached_property
 from typing import Any
 
+from planner.base.once import once
 from planner.base.strategies import DEFAULT_SCORING, Strategy, Topology
 from planner.model.devices import STANDARD_DOMAIN, Device
 from planner.model.zones import NodeTopology
@@ -188,7 +188,7 @@ class PlanSpec:
     priority: int = 0  # plans planned together: a higher priority is admitted and grows first
     gang: Gang = Gang.PLAN  # all-or-nothing deploys: the plan's pods carry a scheduling gate
 
-    @cached_property
+    @once
     def _by_name(self) -> tuple[dict[str, ResourceType], dict[str, OperatorSpec]]:
         return {r.name: r for r in self.resources}, {o.name: o for o in self.operators}
 
@@ -215,13 +215,9 @@ class Node:
     own_zones: Mapping[str, Mapping[str, int]] | None = field(default=None, compare=False, hash=False)
     reserved_zones: Mapping[str, Mapping[str, int]] | None = field(default=None, compare=False, hash=False)
 
-    @cached_property
+    @once
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
-
-    @cached_property
-    def _units(self) -> tuple[dict[str, int], dict[str, int]]:
-        return dict(self.allocatable), dict(self.used)
 
     def free(self, resource_name: str) -> int:
         """Free whole units of a resource (cards, or whole CPU cores)."""
@@ -230,11 +226,22 @@ class Node:
 
     def free_units(self, resource_name: str) -> int:
         """Free units as the snapshot counts them (cpu in millicores)."""
-        alloc, used = self._units
-        return max(0, alloc.get(resource_name, 0) - used.get(resource_name, 0))
+        return max(0, _of(self.allocatable, resource_name) - _of(self.used, resource_name))
 
     def allocatable_units(self, resource_name: str) -> int:
-        return self._units[0].get(resource_name, 0)
+        return _of(self.allocatable, resource_name)
+
+
+def _of(pairs: tuple[tuple[str, int], ...], key: str) -> int:
+    """The value of ``key`` in a few sorted pairs: a scan, no mapping made (65,000 nodes)."""
+    for k, v in pairs:
+        if k == key:
+            return v
+    return 0
+
+
+def _name(node: Node) -> str:
+    return node.name
 
 
 def _without_devices(node: Node, names: set[str]) -> Node:
@@ -301,20 +308,51 @@ class Snapshot:
 
     def labelled(self, resource: ResourceType) -> bool:
         """Does any node, schedulable or not, carry the resource type's labels?"""
-        return any(resource.selects(node.label_map) for node in self.nodes)
+        return any(resource.selects(node.label_map) for node in self._selected(resource.node_selector))
 
     def usable(self, resource: ResourceType | None, tolerations: tuple[Toleration, ...]) -> list[Node]:
         """Nodes of a type (``None``: of any type) that a pod of this plan could run on, by name."""
+        selector = resource.node_selector if resource is not None else ()
         out = []
-        for node in self.nodes:
-            if node.unschedulable or (resource is not None and not resource.selects(node.label_map)):
+        for node in self._selected(selector):
+            if node.unschedulable or (
+                len(selector) > 1 and any(node.label_map.get(k) != v for k, v in selector)
+            ):
                 continue
-            blocking = [
-                t
+            if node.taints and any(
+                t.effect in ("NoSchedule", "NoExecute") and not any(tol.tolerates(t) for tol in tolerations)
                 for t in node.taints
-                if t.effect in ("NoSchedule", "NoExecute")
-                and not any(tol.tolerates(t) for tol in tolerations)
-            ]
-            if not blocking:
-                out.append(node)
-        return sorted(out, key=lambda n: n.name)
+            ):
+                continue
+            out.append(node)
+        return out
+
+    def _selected(self, selector: tuple[tuple[str, str], ...]) -> list[Node] | tuple[Node, ...]:
+        """The nodes, by name, that carry the selector's first label (all of them without one)."""
+        if not selector:
+            return self._by_name
+        key, value = selector[0]
+        return self._with_label(key).get(value, [])
+
+    @once
+    def _by_name(self) -> tuple[Node, ...]:
+        return tuple(sorted(self.nodes, key=_name))
+
+    @once
+    def _label_index(self) -> dict[str, dict[str, list[Node]]]:
+        return {}
+
+    def _with_label(self, key: str) -> dict[str, list[Node]]:
+        """value -> the nodes, by name, labelled ``key`` with it. Worked out once per label key:
+        every plan's every type selects its nodes here, and a cluster may have 65,000 nodes."""
+        found = self._label_index.get(key)
+        if found is None:
+            found = {}
+            for node in self._by_name:
+                for k, value in node.labels:  # a scan: no mapping made per node
+                    if k == key:
+                        found.setdefault(value, []).append(node)
+                        break
+            # kept only once complete: a thread reading the same snapshot never sees it half built
+            self._label_index[key] = found
+        return found

@@ -371,33 +371,36 @@ def parse_tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
 
 
 def parse_nodes(doc: Any) -> list[Node]:
-    """Parse ``kubectl get nodes -o yaml`` output."""
+    """Parse ``kubectl get nodes -o yaml`` output.
+
+    Written for 65,000-node lists: a field's name is spelled out only when it is refused, label
+    pairs that are all strings are sorted as they are, and an allocatable value seen on an
+    earlier node is not parsed again.
+    """
     out: list[Node] = []
+    quantities: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[tuple[Any, Any], ...], tuple[tuple[str, int], ...]] = {}
     for i, item in enumerate(items(doc, "nodes", "Node")):
-        field = f"nodes.items[{i}]"
         if item.get("kind", "Node") != "Node":
             continue
-        meta = mapping(item.get("metadata") or {}, f"{field}.metadata")
+        meta = _mapping(item.get("metadata") or {}, i, "metadata")
         name = meta.get("name")
         if not isinstance(name, str) or not name:
-            raise InvalidInput(f"{field}.metadata.name", "is required")
-        spec = mapping(item.get("spec") or {}, f"{field}.spec")
-        status = mapping(item.get("status") or {}, f"{field}.status")
-        alloc = mapping(status.get("allocatable") or {}, f"{field}.status.allocatable")
-        taints = tuple(
-            Taint(str(t.get("key", "")), t.get("value"), str(t.get("effect", "")))
-            for t in spec.get("taints") or []
+            raise InvalidInput(f"nodes.items[{i}].metadata.name", "is required")
+        spec = _mapping(item.get("spec") or {}, i, "spec")
+        status = _mapping(item.get("status") or {}, i, "status")
+        alloc = _mapping(status.get("allocatable") or {}, i, "status.allocatable")
+        raw_taints = spec.get("taints")
+        taints = (
+            tuple(Taint(str(t.get("key", "")), t.get("value"), str(t.get("effect", ""))) for t in raw_taints)
+            if raw_taints
+            else ()
         )
         out.append(
             Node(
                 name=name,
-                labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
-                allocatable=tuple(
-                    sorted(
-                        (str(k), parse_quantity(v, str(k), f"{field}.status.allocatable.{k}"))
-                        for k, v in alloc.items()
-                    )
-                ),
+                labels=_pairs(meta.get("labels") or {}),
+                allocatable=_allocatable(seen, quantities, alloc, i),
                 unschedulable=bool(spec.get("unschedulable", False)),
                 taints=taints,
             )
@@ -405,6 +408,51 @@ def parse_nodes(doc: Any) -> list[Node]:
     if not out:
         raise InvalidInput("nodes", "the node list is empty")
     return out
+
+
+def _mapping(value: Any, i: int, where: str) -> Mapping[str, Any]:
+    """:func:`planner.read.fields.mapping` with the field's name spelled out only on refusal."""
+    if type(value) is dict:
+        return value
+    return mapping(value, f"nodes.items[{i}].{where}")
+
+
+def _pairs(labels: Mapping[Any, Any]) -> tuple[tuple[str, str], ...]:
+    """A node's labels as sorted (key, value) strings (a number in YAML is read as its text)."""
+    if type(labels) is dict and set(map(type, labels)) <= {str} and set(map(type, labels.values())) <= {str}:
+        return tuple(sorted(labels.items()))
+    return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
+def _allocatable(
+    seen: dict[tuple[tuple[Any, Any], ...], tuple[tuple[str, int], ...]],
+    quantities: dict[tuple[str, str], int],
+    alloc: Mapping[str, Any],
+    i: int,
+) -> tuple[tuple[str, int], ...]:
+    """A node's allocatable as sorted (resource, units); nodes of one shape (most of a large
+    cluster: the same cards, CPUs and memory) share the parsed tuple."""
+    pairs = tuple(alloc.items())
+    try:
+        got = seen.get(pairs)
+    except TypeError:  # a value that cannot be hashed: parsed (and refused) on its own
+        got = None
+    if got is None:
+        got = tuple(sorted(_quantity(quantities, k, v, i) for k, v in pairs))
+        if all(type(v) is str for _, v in pairs):
+            seen[pairs] = got
+    return got
+
+
+def _quantity(seen: dict[tuple[str, str], int], key: Any, value: Any, i: int) -> tuple[str, int]:
+    """(resource, units) of one allocatable entry; ``seen``: the strings parsed before."""
+    k = str(key)
+    if type(value) is str:
+        got = seen.get((k, value))
+        if got is None:
+            got = seen[k, value] = parse_quantity(value, k, f"nodes.items[{i}].status.allocatable.{k}")
+        return k, got
+    return k, parse_quantity(value, k, f"nodes.items[{i}].status.allocatable.{k}")
 
 
 def pod_requests(pod: Mapping[str, Any], field: str = "pod") -> dict[str, int]:
@@ -466,9 +514,12 @@ def snapshot(
             node = pod["spec"]["nodeName"]
             for k, v in pod_requests(pod, f"pods.items[{i}]").items():
                 used.setdefault(node, {})[k] = used.get(node, {}).get(k, 0) + v
+    extra = used.keys() | devices.keys() | topologies.keys() | own.keys() | others.keys()
     return Snapshot(
         tuple(
-            Node(
+            n
+            if n.name not in extra  # nothing to add: the node as read
+            else Node(
                 name=n.name,
                 labels=n.labels,
                 allocatable=n.allocatable,

@@ -30,7 +30,7 @@ from planner.search.place import NodeCounts
 from planner.share.admission import Verdict, fits
 from planner.share.growth import PoolPlan
 from planner.share.outcome import Admission, BelowMax, Grant, Shared, plan_name
-from planner.share.pools import Entry, Pool, Pools, reservations, without
+from planner.share.pools import Entry, Pool, Pools, held_in, reservations, without
 
 GRANT_SECONDS = 0.2  # at most this long to tell "held by other plans" from "no room", per request
 
@@ -96,11 +96,17 @@ def placed_result(
     mine = {
         (e.request.operator, e.request.resource): placed[e.label]
         for pi in pools.of_plan[p]
-        for e in pools.pools[pi].entries
-        if e.plan == p and e.label in placed
+        for e in pools.pools[pi].of(p)
+        if e.label in placed
     }
-    own = reservations(pools.pools, {k: (u, n) for k, (_, u, n) in placed.items()}, p)
+    units = {
+        e.label: placed[e.label][1:]
+        for pi in pools.of_plan[p]
+        for e in pools.pools[pi].of(p)
+        if e.label in placed
+    }
     if pools.special[p]:
+        own = reservations(pools.pools, units, p)
         given = given if given is not None else DevicesGiven()
         others = without(without(used, own), given.units)
         was = before or {}
@@ -114,7 +120,13 @@ def placed_result(
         result = plan(fixed, view, seconds=left, workers=workers, previous=where)
         given.add(result, own, p)
     else:
-        result = _from_joint(fixed, [residual.of(pr, own) for pr in pools.problems[p]], mine, joint, p)
+        # each type's view adds back only the plan's cards in that type's pool
+        problems = [
+            residual.of(pr, held_in(pools.pool_of(p, pr.resource.name), units, p)) for pr in pools.problems[p]
+        ]
+        result = _from_joint(
+            fixed, problems, mine, {pools.pools[pi].resource.name: joint[pi] for pi in pools.of_plan[p]}
+        )
     if before is not None and result.feasible:
         result = replace(result, moved=moved_from(result.allocations, before))
     elif before is None:
@@ -173,38 +185,45 @@ class Residual:
 
     def __init__(self, used: Mapping[str, Mapping[str, int]]) -> None:
         self.used = used
-        self.base: dict[int, tuple[list[tuple[str, int]], dict[str, int]]] = {}
+        self.base: dict[int, tuple[list[tuple[str, int]], dict[str, int], int]] = {}
 
-    def of(self, problem: TypeProblem, own: Mapping[str, Mapping[str, int]]) -> TypeProblem:
+    def of(self, problem: TypeProblem, own: Mapping[str, int]) -> TypeProblem:
+        """``problem`` on what the plans hold, the plan's ``own`` (node -> units, see
+        :func:`planner.share.pools.held_in`) given back."""
         rn = problem.resource.resource_name
         per = 1000 if problem.resource.kind is ResourceKind.CPU else 1
         key = id(problem.nodes)
         if key not in self.base:
             used = self.used
             nodes = [(n, f - used[n].get(rn, 0) // per if n in used else f) for n, f in problem.nodes]
-            self.base[key] = (nodes, {n: i for i, (n, _) in enumerate(nodes)})
-        nodes, index = self.base[key]
+            largest = max((f for _, f in nodes), default=0)
+            self.base[key] = (nodes, {n: i for i, (n, _) in enumerate(nodes)}, largest)
+        nodes, index, largest = self.base[key]
         mine = list(nodes)
         for node, units in own.items():
             i = index.get(node)
-            if i is not None and units.get(rn):
-                mine[i] = (node, mine[i][1] + units[rn] // per)
-        return replace(problem, nodes=tuple(mine))
+            if i is not None:
+                free = mine[i][1] + units
+                mine[i] = (node, free)
+                if free > largest:
+                    largest = free
+        out = replace(problem, nodes=tuple(mine))
+        # its cached ``largest``, known here without another pass over every node
+        vars(out)["largest"] = largest
+        return out
 
 
 def _from_joint(
     spec: PlanSpec,
     problems: Sequence[TypeProblem],
     mine: Mapping[tuple[str, str], tuple[int, int, NodeCounts]],
-    joint: Sequence[PoolPlan],
-    p: int,
+    joint: Mapping[str, PoolPlan],
 ) -> PlanResult:
     """The plan's result read off the joint placement: per type, its requests at their counts."""
     allocations: list[Allocation] = []
     kept_problems: list[TypeProblem] = []
     stats: list[TypeStats] = []
     score = Fraction(0)
-    method = {e.request.resource: pp.grown for pp in joint for e in pp.entries if e.plan == p}
     for pr in problems:
         largest = pr.largest
         items: list[Item] = []
@@ -224,7 +243,8 @@ def _from_joint(
             nodes.append(dict(where))
             score += one.splits[s].score
         problem = replace(pr, items=tuple(items))
-        grown = method.get(pr.resource.name)
+        pp = joint.get(pr.resource.name)
+        grown = pp.grown if pp is not None else None
         out = Outcome(SolveStatus.OPTIMAL, choice, nodes)
         allocations.extend(allocations_of(problem, out))
         kept_problems.append(problem)
@@ -258,24 +278,32 @@ def grants(
     pools: Pools,
     placed: Mapping[str, tuple[int, int, NodeCounts]],
     order: Sequence[int],
+    holding: dict[int, set[int]] | None = None,
 ) -> tuple[Grant, ...]:
     """Each elastic request's cards and, below its max, why: other plans hold the cards it could
     use (its next count fits with its own plan alone on the pool), or there is no room. The
-    requests of one pool are asked together first; one by one only if that does not fit."""
-    got = {e.label: placed.get(e.label, (0,))[0] for pi in pools.of_plan[p] for e in pools.pools[pi].entries}
+    requests of one pool are asked together first; one by one only if that does not fit.
+    ``holding``: pool -> the plans placed in it, filled as pools are first asked (a cache shared
+    by every plan's call)."""
+    holding = {} if holding is None else holding
+    got = {e.label: placed.get(e.label, (0,))[0] for pi in pools.of_plan[p] for e in pools.pools[pi].of(p)}
     why: dict[str, tuple[BelowMax, tuple[str, ...]]] = {}
     for pi in pools.of_plan[p]:
         pool = pools.pools[pi]
-        mine = [e for e in pool.entries if e.plan == p]
+        mine = pool.of(p)
         short: dict[str, int] = {}
         for e in mine:
             if got[e.label] < e.request.cards:
                 c = _next_count(pool, e, got[e.label])
                 if c is not None:
                     short[e.label] = c
-        holders = sorted({e.plan for e in pool.entries if e.plan != p and got[e.label] > 0}, key=order.index)
+        if not short:
+            continue
+        if pi not in holding:
+            holding[pi] = {e.plan for e in pool.entries if placed.get(e.label, (0,))[0] > 0}
+        holders = sorted(holding[pi] - {p}, key=order.index)
         names = tuple(plan_name(specs[o]) for o in holders)
-        if not short or not holders:
+        if not holders:
             continue
         ask = [(e, [short.get(e.label, got[e.label])]) for e in mine if short.get(e.label, got[e.label])]
         if fits(pool.problem(ask), GRANT_SECONDS) is True:
@@ -290,7 +318,7 @@ def grants(
         if not r.elastic:
             continue
         pool = pools.pool_of(p, r.resource)
-        entry = next(e for e in pool.entries if e.plan == p and e.request == r)
+        entry = next(e for e in pool.of(p) if e.request == r)
         cards = got[entry.label]
         if cards >= r.cards:
             out.append(Grant(r.operator, r.resource, cards, r.least, r.cards))

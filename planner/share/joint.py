@@ -59,7 +59,7 @@ def plan_jointly(
     order = order_of(specs, prev)
     pools = build_pools(specs, snap, prev, levels)
     if pools.entangled:
-        return _one_by_one(specs, snap, prev, order, deadline, workers)
+        return _one_by_one(specs, snap, prev, order, deadline, workers, pools)
     fast = _fast(pools)
     if all(f is not None for f in fast):  # every max placed: everyone admitted, the order proven
         verdicts = {p: Verdict(Admission.ADMITTED) for p in range(len(specs))}
@@ -163,6 +163,7 @@ def _answers(
     residual = Residual(used)
     given = DevicesGiven({p: devices_of(prev[p]) for p in order})
     out: dict[int, Shared] = {}
+    holding: dict[int, set[int]] = {}
     for p in order:
         spec, verdict = specs[p], verdicts[p]
         if verdict.reason is Admission.ADMITTED and p not in failed:
@@ -182,7 +183,7 @@ def _answers(
                 given,
             )
             out[p] = Shared(
-                spec, True, Admission.ADMITTED, result, grants=grants(p, specs, pools, placed, order)
+                spec, True, Admission.ADMITTED, result, grants=grants(p, specs, pools, placed, order, holding)
             )
         elif verdict.reason is Admission.ADMITTED:
             out[p] = Shared(
@@ -206,9 +207,16 @@ def _one_by_one(
     order: Sequence[int],
     deadline: float,
     workers: int,
+    pools: Pools,
 ) -> list[Shared]:
     """Plans whose types overlap without being equal: each plan alone, in order, on what the plans
-    before it left. A plan, never a proof of the whole order (``optimal`` is false)."""
+    before it left.
+
+    No joint model, so a proof only where the answer reaches every objective's bound: every plan
+    admitted, every request at its max, and each plan's score that of its best splits on the
+    whole cluster (no plan's cards counted), which no joint answer can beat. Then, and only then,
+    ``optimal`` is each plan's own; else it is false. (Plans that place devices, zones or CPU are
+    never proven so: their placement is planned on what the others hold.)"""
     from planner.share.together import plan_together
 
     taken: dict[str, dict[str, int]] = {}
@@ -235,8 +243,23 @@ def _one_by_one(
                 for node, k in a.nodes:
                     slot = taken.setdefault(node, {})
                     slot[rt.resource_name] = slot.get(rt.resource_name, 0) + k * a.units * per
-        out[p] = replace(got, result=replace(got.result, optimal=False))
-    return [out[p] for p in range(len(specs))]
+        out[p] = got
+    proven = all(_at_its_bound(p, out[p], pools) for p in order)
+    return [
+        replace(out[p], result=replace(out[p].result, optimal=out[p].result.optimal and proven))
+        for p in range(len(specs))
+    ]
+
+
+def _at_its_bound(p: int, got: Shared, pools: Pools) -> bool:
+    """Admitted, every request at its max, and the score of its best splits on the whole cluster
+    (its problems in ``pools`` are built with no plan's cards counted)."""
+    if not got.admitted or not got.result.feasible or pools.special[p] or got.result.score is None:
+        return False
+    cards = {(a.operator, a.resource): a.instances * a.units for a in got.result.allocations}
+    if any(cards.get((r.operator, r.resource), 0) != r.cards for r in got.spec.requests):
+        return False
+    return got.result.score == sum((pr.upper_bound for pr in pools.problems[p]), Fraction(0))
 
 
 def _counted(snap: Snapshot, taken: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:

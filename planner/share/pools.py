@@ -57,6 +57,19 @@ class Pool:
     nodes: tuple[tuple[str, int], ...]  # (name, free units): no plan's instances counted
     entries: list[Entry] = field(default_factory=list)
     _items: dict[tuple[str, tuple[int, ...]], Item] = field(default_factory=dict, repr=False)
+    _by_plan: dict[int, list[Entry]] = field(default_factory=dict, repr=False)
+    _shapes: dict[tuple[object, ...], tuple[tuple[Split, ...], tuple[tuple[int, int, str], ...]]] = field(
+        default_factory=dict, repr=False
+    )
+
+    def of(self, plan: int) -> list[Entry]:
+        """``plan``'s entries, in pool order: an index built on first use (after the pool is
+        gathered), so that reading one plan's answer does not walk every plan's requests."""
+        if sum(map(len, self._by_plan.values())) != len(self.entries):
+            self._by_plan = {}
+            for e in self.entries:
+                self._by_plan.setdefault(e.plan, []).append(e)
+        return self._by_plan.get(plan, [])
 
     @cached_property
     def free(self) -> int:
@@ -82,10 +95,24 @@ class Pool:
         return made if made.index == index else replace(made, index=index)
 
     def _item(self, entry: Entry, counts: Sequence[int]) -> Item:
+        machines, strategy, scoring = entry.request.machines, entry.strategy, entry.scoring
+        shape = (strategy, machines, scoring, tuple(counts))
+        made = self._shapes.get(shape)
+        if made is None:  # requests of one shape (thousands, in a large pool) share their splits
+            made = self._shapes[shape] = self._splits(strategy, machines, scoring, counts)
+        splits, rejected = made
+        request = Request(
+            entry.label, entry.request.resource, max(counts, default=0), entry.request.machines,
+            min(counts, default=0),
+        )  # fmt: skip
+        return Item(0, request, entry.strategy, splits, rejected, entry.topology)
+
+    def _splits(
+        self, strategy: Strategy, machines: int | None, scoring: str, counts: Sequence[int]
+    ) -> tuple[tuple[Split, ...], tuple[tuple[int, int, str], ...]]:
         n, largest = len(self.nodes), self.largest
         splits: list[Split] = []
         rejected: list[tuple[int, int, str]] = []
-        machines, strategy, scoring = entry.request.machines, entry.strategy, entry.scoring
         for c in counts:
             if c == 0:
                 continue
@@ -95,11 +122,7 @@ class Pool:
         if 0 in counts:  # runs nothing: no instance, of a size the others use already
             splits.append(Split(0, min((s.units for s in splits), default=1), Fraction(0)))
         splits.sort(key=lambda s: -s.instances * s.units)  # stable: best score first per count
-        request = Request(
-            entry.label, entry.request.resource, max(counts, default=0), entry.request.machines,
-            min(counts, default=0),
-        )  # fmt: skip
-        return Item(0, request, entry.strategy, tuple(splits), tuple(rejected), entry.topology)
+        return tuple(splits), tuple(rejected)
 
     def problem(self, chosen: Sequence[tuple[Entry, Sequence[int]]]) -> TypeProblem:
         """The pool's problem for these entries, each with the counts it may take."""
@@ -152,7 +175,9 @@ def build_pools(
     order: list[tuple[str, frozenset[str]]] = []
     memo: NodesMemo = {}
     where: dict[tuple[int, str], int] = {}
-    names: dict[tuple[tuple[str, int], ...], frozenset[str]] = {}
+    # by the node tuple's identity: plans that share a memo entry share the tuple, and hashing
+    # a tuple of every node once per plan costs more than the rest of the gathering
+    names: dict[int, tuple[tuple[tuple[str, int], ...], frozenset[str]]] = {}
     for p, spec in enumerate(specs):
         mine = build_problems(spec, snap, memo=memo)
         problems.append(mine)
@@ -162,9 +187,9 @@ def build_pools(
         )
         touched: list[int] = []
         for pr in mine:
-            if pr.nodes not in names:  # the same tuple for every plan that shares the memo entry
-                names[pr.nodes] = frozenset(n for n, _ in pr.nodes)
-            key = (pr.resource.resource_name, names[pr.nodes])
+            if id(pr.nodes) not in names:  # the tuple is kept alive beside its names
+                names[id(pr.nodes)] = (pr.nodes, frozenset(n for n, _ in pr.nodes))
+            key = (pr.resource.resource_name, names[id(pr.nodes)][1])
             if key not in by_key:
                 by_key[key] = Pool(pr.resource, pr.nodes)
                 order.append(key)
@@ -200,15 +225,32 @@ def reservations(
     for pool in pools:
         rn = pool.resource.resource_name
         per = 1000 if pool.resource.kind is ResourceKind.CPU else 1
-        for e in pool.entries:
-            if (only is not None and e.plan != only) or e.label not in placed:
+        held: dict[str, int] = {}  # summed flat first: one resource per pool
+        for e in pool.entries if only is None else pool.of(only):
+            got = placed.get(e.label)
+            if got is None:
                 continue
-            units, nodes = placed[e.label]
-            for node, k in nodes.items():
+            each = got[0] * per
+            for node, k in got[1].items():
                 if k:
-                    slot = out.setdefault(node, {})
-                    slot[rn] = slot.get(rn, 0) + k * units * per
+                    held[node] = held.get(node, 0) + k * each
+        for node, k in held.items():
+            slot = out.setdefault(node, {})
+            slot[rn] = slot.get(rn, 0) + k
     return out
+
+
+def held_in(pool: Pool, placed: Mapping[str, tuple[int, NodeCounts]], plan: int) -> dict[str, int]:
+    """node -> units (whole: cards, or CPU cores) ``plan``'s placed entries hold in ``pool``."""
+    held: dict[str, int] = {}
+    for e in pool.of(plan):
+        got = placed.get(e.label)
+        if got is not None:
+            units = got[0]
+            for node, k in got[1].items():
+                if k:
+                    held[node] = held.get(node, 0) + k * units
+    return held
 
 
 def without(
