@@ -37,6 +37,8 @@ from planner.model.options import TypeProblem
 
 SCALE = 1 << 20  # dual weights are scaled to integers with this many steps per unit
 QUICK_CELLS = 2_000_000  # a pricing past this many cells first tries a coarser, quicker one
+SMOOTHING = 0.8  # Wentges smoothing: the weight of the best duals so far in the pricing point
+FEW_PER_NODE = 8  # at most this many instances fit a node (on a large one): priced in C++
 DP_CELLS = 30_000_000  # a knapsack with fewer (parts × capacity) cells is solved by dynamic programming
 
 
@@ -149,18 +151,21 @@ def knapsack(
     counts = [0] * len(sizes)
     if not parts:
         return 0, counts, True
-    if not exact and len(parts) * (capacity + 1) > QUICK_CELLS:
+    few = capacity // min(g for g in sizes if g > 0) <= FEW_PER_NODE and capacity > 10_000
+    if not exact and not few and len(parts) * (capacity + 1) > QUICK_CELLS:
         # a quick pricing: sizes rounded up and the capacity down to a coarser unit, so every
         # pattern found fits (its value is exact for it; the best may be missed)
         unit = -(-len(parts) * (capacity + 1) // QUICK_CELLS)
         coarse = [-(-g // unit) for g in sizes]
         value, counts, _ = _dp(values, coarse, parts, capacity // unit, counts)
         return value, counts, False
-    if len(parts) * (capacity + 1) <= DP_CELLS:
+    dp = len(parts) * (capacity + 1) <= DP_CELLS
+    if dp and not few:
         return _dp(values, sizes, parts, capacity, counts)
-    solver = knapsack_solver.KnapsackSolver(
-        knapsack_solver.SolverType.KNAPSACK_MULTIDIMENSION_BRANCH_AND_BOUND_SOLVER, "pricing"
-    )
+    # a few instances per node on a large capacity: OR-Tools' divide-and-conquer DP (exact, in
+    # C++) is several times quicker than the vectorised one; else branch and bound
+    kind = "KNAPSACK_DIVIDE_AND_CONQUER_SOLVER" if dp else "KNAPSACK_MULTIDIMENSION_BRANCH_AND_BOUND_SOLVER"
+    solver = knapsack_solver.KnapsackSolver(getattr(knapsack_solver.SolverType, kind), "pricing")
     solver.set_time_limit(seconds)
     solver.init([values[j] * n for j, n in parts], [[sizes[j] * n for j, n in parts]], [capacity])
     best = int(solver.solve())
@@ -323,35 +328,58 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
     primal: list[float] = []
     lower = 0.0
     quick_failed = False
+    single = len(bins.classes) == 1
+    center: list[float] | None = None  # the duals with the best Lagrangian (Farley) bound so far
+    best = weights  # their integer weights: what the certificate is checked with
+    mispriced = False
     while time.monotonic() < deadline:
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
             break
         value = solver.Objective().Value()
         duals = [max(0.0, cv.dual_value()) for cv in cover]
-        weights = [int(p * SCALE) for p in duals]
         sigmas = [min(0.0, cv.dual_value()) for cv in cap]  # read before columns change the model
         primal = [v.solution_value() for v in variables]
-        added, top, exact = 0, 0, quick_failed
+        if (
+            single
+            and lower > 0
+            and (lower > bins.nodes + 1e-9 or math.ceil(lower - 1e-9) >= math.ceil(value - 1e-9))
+        ):
+            break  # refuted, or the rounded-up bound is settled: more rounds change nothing
+        # Wentges smoothing: price at a point between the best duals so far and the master's, so
+        # the duals do not swing from one extreme to the other (the slow tail of plain column
+        # generation); a column that does not price out at the master's duals is a mispricing,
+        # and the next round prices at the master's duals themselves
+        point = duals
+        if single and center is not None and not mispriced:
+            point = [SMOOTHING * c + (1 - SMOOTHING) * d for c, d in zip(center, duals, strict=True)]
+        smooth = point is not duals
+        weights = [int(p * SCALE) for p in point]
+        added, top, exact = 0, 0, True
         for c, ((free, _), sigma) in enumerate(zip(bins.classes, sigmas, strict=True)):
             v, a, optimal = knapsack(
-                weights, bins.sizes, bins.demand, free, max(0.01, deadline - time.monotonic()), exact
+                weights, bins.sizes, bins.demand, free, max(0.01, deadline - time.monotonic()), quick_failed
             )
             exact = exact and optimal
             top = max(top, v)
-            if v > (1.0 - sigma) * SCALE * (1 + 1e-9) + 1 and (c, tuple(a)) not in seen:
+            gain = sum(p * n for p, n in zip(duals, a, strict=True))
+            if gain > (1.0 - sigma) * (1 + 1e-9) + 1e-9 and (c, tuple(a)) not in seen:
                 add((c, tuple(a)))
                 added += 1
+        if exact and single and top > 0:
+            # Farley's bound: no node holds more than ``top`` of these weights
+            farley = sum(w * d for w, d in zip(weights, bins.demand, strict=True)) / top
+            if farley > lower:
+                lower, center, best = farley, point, weights
         quick_failed = not added and not exact  # the quick pricing found nothing: price exactly
-        if not added and exact:
+        if added or quick_failed:
+            mispriced = False
+            continue
+        if smooth:
+            mispriced = True  # nothing priced out at the smoothed point: try the master's duals
+            continue
+        if exact:
             converged = True
             break
-        if quick_failed:
-            continue
-        if exact and len(bins.classes) == 1 and top > 0:
-            # Farley's bound: no node holds more than ``top`` of these weights
-            lower = max(lower, sum(w * d for w, d in zip(weights, bins.demand, strict=True)) / top)
-            if lower > bins.nodes + 1e-9 or math.ceil(lower - 1e-9) >= math.ceil(value - 1e-9):
-                break  # refuted, or the rounded-up bound is settled: more rounds change nothing
     # the exact check costs a knapsack over the whole capacity per class: only where it can
     # succeed (Farley's bound, or the converged LP, above the nodes there are)
     hopeful = lower > bins.nodes + 1e-9 or (
@@ -359,10 +387,14 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
     )
     refuted, needed = False, math.ceil(lower - 1e-9)
     if hopeful:
-        refuted, needed = certificate(bins, weights, max(0.05, deadline - time.monotonic()))
+        refuted, needed = certificate(
+            bins, best if single else weights, max(0.05, deadline - time.monotonic())
+        )
     if not refuted and len(bins.classes) == 1 and converged:
         needed = max(needed, math.ceil(value - 1e-6))
-    return LpBound(value, converged, refuted, needed, weights, cols, primal, time.monotonic() - start)
+    return LpBound(
+        value, converged, refuted, needed, best if single else weights, cols, primal, time.monotonic() - start
+    )
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.model.options import TypeProblem
+from planner.search import arcflow
 from planner.search.bounds import Bins, LpBound, bins_of, l2, lp_bound, refute_lp
 from planner.search.place import NodeCounts
 
@@ -39,6 +40,8 @@ Column = tuple[int, tuple[int, ...]]  # (class, instances per size)
 MAX_BACKTRACKS = 40  # a dive gives up after undoing this many choices
 EXACT_INSTANCES = 45  # a residual of at most this many instances is packed exactly (CP-SAT)
 EXACT_SECONDS = 1.0  # for at most this long
+ARCFLOW_ARCS = 5_000  # the arc-flow model is tried when its compressed graph has at most this many arcs
+ARCFLOW_SHARE = 0.6  # until this share of the time has passed (the dive then has the rest)
 
 
 def eligible(problem: TypeProblem) -> bool:
@@ -54,7 +57,7 @@ class Packing:
 
     nodes: list[NodeCounts] | None  # per item, node -> instances (a packing was found)
     lp: LpBound | None
-    how: str  # "rounding", "diving", "master", "refuted", "" (undecided)
+    how: str  # "rounding", "arc-flow", "diving", "master", "refuted", "" (undecided)
     reason: str = ""  # the refutation, or how far an undecided search got, in words
     items: tuple[int, ...] = ()  # refuted: the requests the proof needs (they cannot fit together)
 
@@ -297,7 +300,7 @@ def _master(
     return out
 
 
-def _place(problem: TypeProblem, bins: Bins, chosen: Sequence[Column]) -> list[NodeCounts]:
+def place(problem: TypeProblem, bins: Bins, chosen: Sequence[Column]) -> list[NodeCounts]:
     """Patterns to node names (class by class, nodes in name order), then slots to requests."""
     by_class: dict[int, list[str]] = {}
     for name, f in sorted(problem.nodes):
@@ -320,6 +323,17 @@ def _place(problem: TypeProblem, bins: Bins, chosen: Sequence[Column]) -> list[N
     return placed
 
 
+def _arcflow(bins: Bins, deadline: float) -> arcflow.Flow | None:
+    """The exact arc-flow model, when its graph is small enough to pay off (None: not tried)."""
+    left = deadline - time.monotonic()
+    if left < 0.1:
+        return None
+    built = arcflow.graphs(bins)
+    if built is None or sum(len(g.arcs) for g in built) > ARCFLOW_ARCS:
+        return None
+    return arcflow.solve(bins, deadline - time.monotonic(), built)
+
+
 def _undecided(bins: Bins, lp: LpBound) -> str:
     """How far the packing model got, for a type it could neither pack nor refute in time."""
     low = max(lp.needed, l2(bins.sizes, bins.demand, bins.largest))
@@ -340,14 +354,20 @@ def solve(problem: TypeProblem, seconds: float) -> Packing:
         return Packing(None, lp, "refuted", proof.reason, proof.items)
     rounded = _rounding(bins, lp) if lp.primal else None
     if rounded is not None:
-        return Packing(_place(problem, bins, rounded), lp, "rounding")
+        return Packing(place(problem, bins, rounded), lp, "rounding")
+    flow = _arcflow(bins, start + seconds * ARCFLOW_SHARE)
+    if flow is not None and flow.columns is not None:
+        return Packing(place(problem, bins, flow.columns), lp, "arc-flow")
+    if flow is not None and flow.refuted:
+        reason = f"the arc-flow model over every pattern has no solution on {bins.nodes} nodes"
+        return Packing(None, lp, "refuted", reason, bins.items)
     dived = _dive(bins, lp, start + seconds * 0.9)
     if dived is not None:
-        return Packing(_place(problem, bins, dived), lp, "diving")
+        return Packing(place(problem, bins, dived), lp, "diving")
     left = seconds - (time.monotonic() - start)
     if left <= 0.05:
         return Packing(None, lp, "", _undecided(bins, lp))
     chosen = _master(bins, lp.columns, left, None)
     if chosen is None:
         return Packing(None, lp, "", _undecided(bins, lp))
-    return Packing(_place(problem, bins, chosen), lp, "master")
+    return Packing(place(problem, bins, chosen), lp, "master")
