@@ -137,61 +137,6 @@ def graphs(bins: Bins) -> list[Graph] | None:
     return out
 
 
-def find(bins: Bins, seconds: float, built: list[Graph] | None = None, backend: str = "SCIP") -> Flow:
-    """A packing by the arc-flow model as a MIP (``backend``: an OR-Tools MIP solver).
-
-    A MIP solver steers by the LP, which finds these flows far sooner than CP-SAT does; but it
-    computes in floating point, so only what it *finds* is used (rounded, decoded into paths and
-    checked), never what it claims to have proven.
-    """
-    from ortools.linear_solver import pywraplp
-
-    start = time.monotonic()
-    gs = built if built is not None else graphs(bins)
-    if gs is None:
-        return Flow(None, False, 0, time.monotonic() - start)
-    solver = pywraplp.Solver.CreateSolver(backend)
-    if solver is None:
-        return Flow(None, False, 0, time.monotonic() - start)
-    flows: list[list[tuple[tuple[int, int, int], pywraplp.Variable]]] = []
-    per_size: list[list[pywraplp.Variable]] = [[] for _ in bins.sizes]
-    for gr, (_, n) in zip(gs, bins.classes, strict=True):
-        here = []
-        balance: dict[int, list[tuple[pywraplp.Variable, float]]] = {}
-        for a in gr.arcs:
-            tail, head, j = a
-            ub = n if j < 0 else min(n * (gr.capacity // bins.sizes[j]), bins.demand[j])
-            x = solver.IntVar(0.0, float(ub), "")
-            here.append((a, x))
-            balance.setdefault(tail, []).append((x, -1.0))
-            balance.setdefault(head, []).append((x, 1.0))
-            if j >= 0:
-                per_size[j].append(x)
-        for node, terms in balance.items():
-            if node == gr.sink:
-                continue
-            row = solver.Constraint(-float(n), 0.0) if node == gr.source else solver.Constraint(0.0, 0.0)
-            for x, coef in terms:
-                row.SetCoefficient(x, coef)
-        flows.append(here)
-    for j, d in enumerate(bins.demand):
-        row = solver.Constraint(float(d), float(d))
-        for x in per_size[j]:
-            row.SetCoefficient(x, 1.0)
-    solver.SetTimeLimit(int(max(0.05, seconds - (time.monotonic() - start)) * 1000))
-    status = solver.Solve()
-    arcs = sum(len(g.arcs) for g in gs)
-    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
-        return Flow(None, False, arcs, time.monotonic() - start)
-    columns: list[Column] = []
-    for c, (gr, here) in enumerate(zip(gs, flows, strict=True)):
-        values = {a: round(x.solution_value()) for a, x in here}
-        columns += [(c, a) for a in _paths(gr, values, len(bins.sizes))]
-    if not packs(bins, columns):
-        return Flow(None, False, arcs, time.monotonic() - start)
-    return Flow(columns, False, arcs, time.monotonic() - start)
-
-
 def solve(bins: Bins, seconds: float, built: list[Graph] | None = None) -> Flow:
     """Pack ``bins`` by the arc-flow model within ``seconds`` (None graphs: the model is too large)."""
     from planner.search.cpsat import cp_model

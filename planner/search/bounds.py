@@ -37,6 +37,7 @@ from planner.model.options import TypeProblem
 
 SCALE = 1 << 20  # dual weights are scaled to integers with this many steps per unit
 QUICK_CELLS = 2_000_000  # a pricing past this many cells first tries a coarser, quicker one
+MORE_COLUMNS = 4  # other patterns a pricing by DP offers besides the best
 SMOOTHING = 0.8  # Wentges smoothing: the weight of the best duals so far in the pricing point
 FEW_PER_NODE = 8  # at most this many instances fit a node (on a large one): priced in C++
 DP_CELLS = 30_000_000  # a knapsack with fewer (parts × capacity) cells is solved by dynamic programming
@@ -126,6 +127,7 @@ def knapsack(
     capacity: int,
     seconds: float = 1.0,
     exact: bool = True,
+    more: list[list[int]] | None = None,
 ) -> tuple[int, list[int], bool]:
     """max Σ v·a with Σ g·a ≤ capacity, 0 ≤ a ≤ copies, integers: (value, a, proven optimal).
 
@@ -161,7 +163,7 @@ def knapsack(
         return value, counts, False
     dp = len(parts) * (capacity + 1) <= DP_CELLS
     if dp and not few:
-        return _dp(values, sizes, parts, capacity, counts)
+        return _dp(values, sizes, parts, capacity, counts, more)
     # a few instances per node on a large capacity: OR-Tools' divide-and-conquer DP (exact, in
     # C++) is several times quicker than the vectorised one; else branch and bound
     kind = "KNAPSACK_DIVIDE_AND_CONQUER_SOLVER" if dp else "KNAPSACK_MULTIDIMENSION_BRANCH_AND_BOUND_SOLVER"
@@ -183,8 +185,13 @@ def _dp(
     parts: Sequence[tuple[int, int]],
     capacity: int,
     counts: list[int],
+    more: list[list[int]] | None = None,
 ) -> tuple[int, list[int], bool]:
-    """The 0/1 knapsack of ``parts`` by dynamic programming over the capacity (exact, vectorised)."""
+    """The 0/1 knapsack of ``parts`` by dynamic programming over the capacity (exact, vectorised).
+
+    ``more``, when given, receives a few other good patterns read off the same table (the best
+    fillings of smaller capacities): column generation then adds several columns per round.
+    """
     import numpy as np
 
     best = np.zeros(capacity + 1, dtype=np.int64)
@@ -197,13 +204,28 @@ def _dp(
         better = cand > best[w:]
         taken[p, w:] = better
         best[w:] = np.where(better, cand, best[w:])
-    c = int(np.argmax(best))
-    value = int(best[c])
-    for p in range(len(parts) - 1, -1, -1):
-        if taken[p, c]:
-            j, n = parts[p]
-            counts[j] += n
-            c -= sizes[j] * n
+    top = int(np.argmax(best))
+    value = int(best[top])
+
+    def read(c: int, counts: list[int]) -> list[int]:
+        for p in range(len(parts) - 1, -1, -1):
+            if taken[p, c]:
+                j, n = parts[p]
+                counts[j] += n
+                c -= sizes[j] * n
+        return counts
+
+    read(top, counts)
+    if more is not None:
+        order = np.argsort(-best, kind="stable")[: MORE_COLUMNS * 4]
+        seen = {tuple(counts)}
+        for c in order[1:]:
+            alt = tuple(read(int(c), [0] * len(counts)))
+            if alt not in seen:
+                seen.add(alt)
+                more.append(list(alt))
+                if len(more) >= MORE_COLUMNS:
+                    break
     return value, counts, True
 
 
@@ -332,13 +354,14 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
     center: list[float] | None = None  # the duals with the best Lagrangian (Farley) bound so far
     best = weights  # their integer weights: what the certificate is checked with
     mispriced = False
+    synced = False  # the master's solution is that of its present columns
     while time.monotonic() < deadline:
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
             break
         value = solver.Objective().Value()
         duals = [max(0.0, cv.dual_value()) for cv in cover]
         sigmas = [min(0.0, cv.dual_value()) for cv in cap]  # read before columns change the model
-        primal = [v.solution_value() for v in variables]
+        synced = True
         if (
             single
             and lower > 0
@@ -356,15 +379,24 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
         weights = [int(p * SCALE) for p in point]
         added, top, exact = 0, 0, True
         for c, ((free, _), sigma) in enumerate(zip(bins.classes, sigmas, strict=True)):
+            others: list[list[int]] = []
             v, a, optimal = knapsack(
-                weights, bins.sizes, bins.demand, free, max(0.01, deadline - time.monotonic()), quick_failed
+                weights,
+                bins.sizes,
+                bins.demand,
+                free,
+                max(0.01, deadline - time.monotonic()),
+                quick_failed,
+                others,
             )
             exact = exact and optimal
             top = max(top, v)
-            gain = sum(p * n for p, n in zip(duals, a, strict=True))
-            if gain > (1.0 - sigma) * (1 + 1e-9) + 1e-9 and (c, tuple(a)) not in seen:
-                add((c, tuple(a)))
-                added += 1
+            for pattern in [a, *others]:
+                gain = sum(p * n for p, n in zip(duals, pattern, strict=True))
+                if gain > (1.0 - sigma) * (1 + 1e-9) + 1e-9 and (c, tuple(pattern)) not in seen:
+                    add((c, tuple(pattern)))
+                    added += 1
+                    synced = False
         if exact and single and top > 0:
             # Farley's bound: no node holds more than ``top`` of these weights
             farley = sum(w * d for w, d in zip(weights, bins.demand, strict=True)) / top
@@ -380,6 +412,11 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
         if exact:
             converged = True
             break
+    # the primal values are read once, at the end (reading them every round costs more than the
+    # pricing on a few hundred columns); columns added since the last solve need one more
+    if not synced and cols and solver.Solve() == pywraplp.Solver.OPTIMAL:
+        value, synced = min(value, solver.Objective().Value()) if value else solver.Objective().Value(), True
+    primal = [v.solution_value() for v in variables] if synced else []
     # the exact check costs a knapsack over the whole capacity per class: only where it can
     # succeed (Farley's bound, or the converged LP, above the nodes there are)
     hopeful = lower > bins.nodes + 1e-9 or (

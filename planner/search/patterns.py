@@ -40,6 +40,8 @@ Column = tuple[int, tuple[int, ...]]  # (class, instances per size)
 MAX_BACKTRACKS = 40  # a dive gives up after undoing this many choices
 EXACT_INSTANCES = 45  # a residual of at most this many instances is packed exactly (CP-SAT)
 EXACT_SECONDS = 1.0  # for at most this long
+LP_SHARE = 0.4  # the LP bound's share of the time
+LP_MORE = 0.8  # ... up to this share while its patterns so far do not fit the nodes
 ARCFLOW_ARCS = 5_000  # the arc-flow model is tried when its compressed graph has at most this many arcs
 ARCFLOW_SHARE = 0.6  # until this share of the time has passed (the dive then has the rest)
 
@@ -348,7 +350,11 @@ def solve(problem: TypeProblem, seconds: float) -> Packing:
     """Pack an :func:`eligible` type: a placement, a refutation, or neither within ``seconds``."""
     start = time.monotonic()
     bins = bins_of(problem, [it.index for it in problem.items])
-    lp = lp_bound(bins, seconds * 0.4)
+    lp = lp_bound(bins, seconds * LP_SHARE)
+    if not lp.refuted and not lp.converged and lp.value > bins.nodes + 1e-6:
+        # even the patterns found so far need more nodes than there are: the bound may yet
+        # refute, and nothing can be packed before it settles, so it gets more of the time
+        lp = lp_bound(bins, start + seconds * LP_MORE - time.monotonic(), lp.columns)
     proof = refute_lp(bins, lp)
     if proof is not None:
         return Packing(None, lp, "refuted", proof.reason, proof.items)
