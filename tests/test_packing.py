@@ -4,7 +4,7 @@ called minimal is minimal (each checked against the exhaustive reference on smal
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from planner.base.codes import ConflictKind, Method, SolveStatus
@@ -224,3 +224,32 @@ def test_the_triplets_fill_every_node_so_only_full_patterns_remain() -> None:
     gr = arcflow.graph(sizes, 10, 0)
     assert gr is not None
     assert _paths(gr, sizes) == {(1, 0, 1, 0), (0, 2, 0, 0), (0, 0, 1, 2)}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 9), st.integers(1, 3), st.integers(0, 20)), min_size=1, max_size=4),
+    st.integers(1, 20),
+    st.integers(0, 20),
+)
+@example([(5, 1, 7), (4, 1, 0)], 10, 9)  # only the worthless 4 lifts the 5 over the floor
+def test_the_knapsack_with_a_floor_is_the_best_pattern_of_at_least_that_weight(
+    parts: list[tuple[int, int, int]], capacity: int, floor: int
+) -> None:
+    # a node that may waste little takes only patterns of at least ``floor`` units; the priced
+    # value must be the best of exactly those (0 when there is none), or the certificate is wrong
+    import itertools
+
+    sizes, copies, values = (list(x) for x in zip(*parts, strict=True))
+    floor = min(floor, capacity)
+    best = 0
+    for a in itertools.product(*(range(u + 1) for u in copies)):
+        weight = sum(n * g for n, g in zip(a, sizes, strict=True))
+        if floor <= weight <= capacity:
+            best = max(best, sum(n * v for n, v in zip(a, values, strict=True)))
+    value, counts, exact = bounds.knapsack(values, sizes, copies, capacity, floor=floor)
+    assert exact and value == best
+    if value:
+        weight = sum(n * g for n, g in zip(counts, sizes, strict=True))
+        assert floor <= weight <= capacity
+        assert sum(n * v for n, v in zip(counts, values, strict=True)) == value

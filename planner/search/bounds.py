@@ -37,6 +37,7 @@ from planner.model.options import TypeProblem
 
 SCALE = 1 << 20  # dual weights are scaled to integers with this many steps per unit
 QUICK_CELLS = 2_000_000  # a pricing past this many cells first tries a coarser, quicker one
+UNREACHABLE = -(1 << 62)  # a weight no pattern has exactly
 MORE_COLUMNS = 4  # other patterns a pricing by DP offers besides the best
 SMOOTHING = 0.8  # Wentges smoothing: the weight of the best duals so far in the pricing point
 FEW_PER_NODE = 8  # at most this many instances fit a node (on a large one): priced in C++
@@ -128,10 +129,13 @@ def knapsack(
     seconds: float = 1.0,
     exact: bool = True,
     more: list[list[int]] | None = None,
+    floor: int = 0,
 ) -> tuple[int, list[int], bool]:
     """max Σ v·a with Σ g·a ≤ capacity, 0 ≤ a ≤ copies, integers: (value, a, proven optimal).
 
     ``exact=False`` allows a quick answer on a large capacity (a good pattern, not the best).
+    ``floor``: only patterns of at least this many units count (by DP, where it is used; the
+    other ways ignore it, which can only raise the value: still an upper bound).
 
     Copies are split in powers of two (1, 2, 4, ..., rest), so the bounded knapsack is a 0/1 one
     of a few items per size, solved exactly by OR-Tools' branch and bound. If that is cut short,
@@ -142,7 +146,7 @@ def knapsack(
     parts: list[tuple[int, int]] = []  # (size index, copies in this part)
     for j, (v, g, u) in enumerate(zip(values, sizes, copies, strict=True)):
         u = min(u, capacity // g) if g > 0 else 0
-        if v <= 0 or u <= 0:
+        if (v <= 0 and floor <= 0) or u <= 0:  # with a floor, worthless instances still fill
             continue
         step = 1
         while u > 0:
@@ -163,7 +167,7 @@ def knapsack(
         return value, counts, False
     dp = len(parts) * (capacity + 1) <= DP_CELLS
     if dp and not few:
-        return _dp(values, sizes, parts, capacity, counts, more)
+        return _dp(values, sizes, parts, capacity, counts, more, floor)
     # a few instances per node on a large capacity: OR-Tools' divide-and-conquer DP (exact, in
     # C++) is several times quicker than the vectorised one; else branch and bound
     kind = "KNAPSACK_DIVIDE_AND_CONQUER_SOLVER" if dp else "KNAPSACK_MULTIDIMENSION_BRANCH_AND_BOUND_SOLVER"
@@ -186,15 +190,20 @@ def _dp(
     capacity: int,
     counts: list[int],
     more: list[list[int]] | None = None,
+    floor: int = 0,
 ) -> tuple[int, list[int], bool]:
     """The 0/1 knapsack of ``parts`` by dynamic programming over the capacity (exact, vectorised).
 
     ``more``, when given, receives a few other good patterns read off the same table (the best
     fillings of smaller capacities): column generation then adds several columns per round.
+    With a ``floor``, the table holds the best value of *exactly* each weight, and only weights
+    from the floor up count (no such pattern: value 0, no instance).
     """
     import numpy as np
 
     best = np.zeros(capacity + 1, dtype=np.int64)
+    if floor > 0:
+        best[1:] = UNREACHABLE
     taken = np.zeros((len(parts), capacity + 1), dtype=np.bool_)
     for p, (j, n) in enumerate(parts):
         w, v = sizes[j] * n, values[j] * n
@@ -204,8 +213,10 @@ def _dp(
         better = cand > best[w:]
         taken[p, w:] = better
         best[w:] = np.where(better, cand, best[w:])
-    top = int(np.argmax(best))
+    top = floor + int(np.argmax(best[floor:]))
     value = int(best[top])
+    if value < 0:  # nothing weighs from the floor up
+        return 0, counts, True
 
     def read(c: int, counts: list[int]) -> list[int]:
         for p in range(len(parts) - 1, -1, -1):
@@ -217,9 +228,11 @@ def _dp(
 
     read(top, counts)
     if more is not None:
-        order = np.argsort(-best, kind="stable")[: MORE_COLUMNS * 4]
+        order = floor + np.argsort(-best[floor:], kind="stable")[: MORE_COLUMNS * 4]
         seen = {tuple(counts)}
         for c in order[1:]:
+            if best[c] < 0:
+                break
             alt = tuple(read(int(c), [0] * len(counts)))
             if alt not in seen:
                 seen.add(alt)
@@ -258,17 +271,24 @@ class LpBound:
     seconds: float = 0.0
 
 
-def certificate(bins: Bins, weights: Sequence[int], seconds: float = 1.0) -> tuple[bool, int]:
-    """Is ``Σ π·d > Σ n_c·V_c``? And the nodes needed at least on the largest class's capacity."""
+def certificate(bins: Bins, weights: Sequence[int], seconds: float = 1.0, floor: int = 0) -> tuple[bool, int]:
+    """Is ``Σ π·d > Σ n_c·V_c``? And the nodes needed at least on the largest class's capacity.
+
+    ``floor`` (one class only): ``V`` over the patterns of at least ``floor`` units, the only
+    ones a packing on these nodes can use when at most ``capacity − floor`` units may be wasted
+    in all. The count of nodes needed is then not known (0).
+    """
     need = sum(w * d for w, d in zip(weights, bins.demand, strict=True))
     if need <= 0:
         return False, 0
     room = 0
     top = 0
     for free, n in bins.classes:
-        v, _, _ = knapsack(weights, bins.sizes, bins.demand, free, seconds)
+        v, _, _ = knapsack(weights, bins.sizes, bins.demand, free, seconds, floor=floor)
         room += n * v
         top = max(top, v)
+    if floor > 0:
+        return need > room, 0
     return need > room, -(-need // top) if top > 0 else 0
 
 
@@ -294,12 +314,23 @@ def _start_columns(bins: Bins) -> list[tuple[int, tuple[int, ...]]]:
     return sorted(cols)
 
 
-def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int, ...]]] = ()) -> LpBound:
+def lp_bound(
+    bins: Bins,
+    seconds: float,
+    columns: Sequence[tuple[int, tuple[int, ...]]] = (),
+    waste: bool = False,
+) -> LpBound:
     """The Gilmore–Gomory bound of ``bins`` by column generation, with its checked certificate.
 
     The master minimises the nodes used, every size's demand covered, each class but the largest
     capped at its count (the largest is left open so the LP is always feasible; its optimum above
     the node count is then a refutation, and the certificate is what proves it).
+
+    ``waste`` (nodes of one size): the nodes there are leave ``slack`` units free in all, so a
+    packing on them uses only patterns that waste at most ``slack``; the LP over those patterns
+    alone is stronger, and it is the one whose rounding packs. Its certificate weighs the
+    patterns of at least ``capacity − slack`` units only. Where no such pattern covers a size
+    yet, an artificial column (cost 2) keeps the master feasible.
     """
     from ortools.linear_solver import pywraplp
 
@@ -310,6 +341,10 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
         return LpBound(0.0, True, False, 0)
     if bins.sizes[0] > bins.largest:  # an instance no node holds (the caller says so already)
         return LpBound(math.inf, True, True, bins.nodes + 1)
+    slack = sum(f * n for f, n in bins.classes) - sum(
+        g * d for g, d in zip(bins.sizes, bins.demand, strict=True)
+    )
+    floor = max(0, bins.largest - slack) if waste and len(bins.classes) == 1 and slack >= 0 else 0
     solver = pywraplp.Solver.CreateSolver("GLOP")
     cover = [solver.Constraint(float(d), solver.infinity(), f"cover{j}") for j, d in enumerate(bins.demand)]
     cap = [
@@ -337,10 +372,16 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
         variables.append(var)
 
     for col in [*_start_columns(bins), *columns]:
-        add(col)
+        if floor <= 0 or sum(n * g for n, g in zip(col[1], bins.sizes, strict=True)) >= floor:
+            add(col)
+    for j in range(m if floor > 0 else 0):
+        artificial = solver.NumVar(0.0, solver.infinity(), f"a{j}")
+        objective.SetCoefficient(artificial, 2.0)
+        cover[j].SetCoefficient(artificial, 1.0)
     # dual-optimal inequalities: a slot of one size may hold an instance of the next smaller size,
     # so the duals come out ordered by size; the LP optimum is the same, reached in fewer rounds
-    for j in range(m - 1):
+    # (not with a floor: a smaller instance may leave a pattern below it)
+    for j in range(m - 1 if floor <= 0 else 0):
         swap = solver.NumVar(0.0, solver.infinity(), f"e{j}")
         cover[j].SetCoefficient(swap, -1.0)
         cover[j + 1].SetCoefficient(swap, 1.0)
@@ -388,6 +429,7 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
                 max(0.01, deadline - time.monotonic()),
                 quick_failed,
                 others,
+                floor,
             )
             exact = exact and optimal
             top = max(top, v)
@@ -425,9 +467,12 @@ def lp_bound(bins: Bins, seconds: float, columns: Sequence[tuple[int, tuple[int,
     refuted, needed = False, math.ceil(lower - 1e-9)
     if hopeful:
         refuted, needed = certificate(
-            bins, best if single else weights, max(0.05, deadline - time.monotonic())
+            bins, best if single else weights, max(0.05, deadline - time.monotonic()), floor
         )
-    if not refuted and len(bins.classes) == 1 and converged:
+        needed = bins.nodes + 1 if refuted and floor > 0 else needed
+    if floor > 0 and not refuted:
+        needed = 0  # the restricted LP says nothing of fewer or more nodes
+    elif not refuted and len(bins.classes) == 1 and converged:
         needed = max(needed, math.ceil(value - 1e-6))
     return LpBound(
         value, converged, refuted, needed, best if single else weights, cols, primal, time.monotonic() - start

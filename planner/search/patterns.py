@@ -40,6 +40,7 @@ Column = tuple[int, tuple[int, ...]]  # (class, instances per size)
 MAX_BACKTRACKS = 40  # a dive gives up after undoing this many choices
 EXACT_INSTANCES = 45  # a residual of at most this many instances is packed exactly (CP-SAT)
 EXACT_SECONDS = 1.0  # for at most this long
+WASTE = True  # the LP over patterns that waste no more than the nodes leave free
 LP_SHARE = 0.4  # the LP bound's share of the time
 LP_MORE = 0.8  # ... up to this share while its patterns so far do not fit the nodes
 ARCFLOW_ARCS = 5_000  # the arc-flow model is tried when its compressed graph has at most this many arcs
@@ -196,7 +197,7 @@ def _resolve(bins: Bins, node: _Node, deadline: float) -> list[Column] | None:
         for c, a in node.columns
         if c in remap
     ]
-    sub = lp_bound(rest, max(0.05, deadline - time.monotonic()), trimmed)
+    sub = lp_bound(rest, max(0.05, deadline - time.monotonic()), trimmed, waste=WASTE)
     if sub.refuted or (sub.converged and sub.value > rest.nodes + 1e-6) or not sub.primal:
         node.primal = []
         return None
@@ -350,11 +351,11 @@ def solve(problem: TypeProblem, seconds: float) -> Packing:
     """Pack an :func:`eligible` type: a placement, a refutation, or neither within ``seconds``."""
     start = time.monotonic()
     bins = bins_of(problem, [it.index for it in problem.items])
-    lp = lp_bound(bins, seconds * LP_SHARE)
+    lp = lp_bound(bins, seconds * LP_SHARE, waste=WASTE)
     if not lp.refuted and not lp.converged and lp.value > bins.nodes + 1e-6:
         # even the patterns found so far need more nodes than there are: the bound may yet
         # refute, and nothing can be packed before it settles, so it gets more of the time
-        lp = lp_bound(bins, start + seconds * LP_MORE - time.monotonic(), lp.columns)
+        lp = lp_bound(bins, start + seconds * LP_MORE - time.monotonic(), lp.columns, waste=WASTE)
     proof = refute_lp(bins, lp)
     if proof is not None:
         return Packing(None, lp, "refuted", proof.reason, proof.items)
