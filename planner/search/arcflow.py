@@ -35,7 +35,7 @@ from planner.search.bounds import Bins
 
 Column = tuple[int, tuple[int, ...]]  # (class, instances per size)
 MAX_ARCS = 150_000  # a larger graph is not worth building (the pattern model stays in charge)
-MAX_WORK = 600_000  # positions × sizes visited while building, before giving up (about a second)
+WORK_PER_ARC = 10  # positions × sizes visited while building, per arc allowed, before giving up
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Graph:
     sink: int
 
 
-def graph(sizes: Sequence[int], capacity: int, slack: int) -> Graph | None:
+def graph(sizes: Sequence[int], capacity: int, slack: int, limit: int = MAX_ARCS) -> Graph | None:
     """The compressed graph of one node capacity (``sizes`` largest first), or None if too large."""
     m = len(sizes)
     first: dict[int, int] = {0: 0}  # the first size index a path reaching p may still place
@@ -71,7 +71,7 @@ def graph(sizes: Sequence[int], capacity: int, slack: int) -> Graph | None:
             elif j < first[q]:
                 first[q] = j
         work += m - first[p]
-        if work > MAX_WORK:
+        if work > limit * WORK_PER_ARC:
             return None
     # relabel from the end: phi(p) is the highest position p can stand for; a node that can
     # neither end (waste over the slack) nor reach one that can is dropped
@@ -95,7 +95,7 @@ def graph(sizes: Sequence[int], capacity: int, slack: int) -> Graph | None:
                 arcs_set.add((lab, phi[q], j))
         if p >= end:
             arcs_set.add((lab, sink, -1))
-        if len(arcs_set) > MAX_ARCS:
+        if len(arcs_set) > limit:
             return None
     # only what the source reaches
     reach = {phi[0]}
@@ -117,7 +117,7 @@ class Flow:
     seconds: float
 
 
-def graphs(bins: Bins) -> list[Graph] | None:
+def graphs(bins: Bins, limit: int = MAX_ARCS) -> list[Graph] | None:
     """One compressed graph per class of nodes, or None when any is too large."""
     slack = sum(f * n for f, n in bins.classes) - sum(
         g * d for g, d in zip(bins.sizes, bins.demand, strict=True)
@@ -127,11 +127,11 @@ def graphs(bins: Bins) -> list[Graph] | None:
     out = []
     total = 0
     for free, _ in bins.classes:
-        g = graph(bins.sizes, free, slack)
+        g = graph(bins.sizes, free, slack, limit - total)
         if g is None:
             return None
         total += len(g.arcs)
-        if total > MAX_ARCS:
+        if total > limit:
             return None
         out.append(g)
     return out

@@ -331,8 +331,8 @@ def _arcflow(bins: Bins, deadline: float) -> arcflow.Flow | None:
     left = deadline - time.monotonic()
     if left < 0.1:
         return None
-    built = arcflow.graphs(bins)
-    if built is None or sum(len(g.arcs) for g in built) > ARCFLOW_ARCS:
+    built = arcflow.graphs(bins, ARCFLOW_ARCS)
+    if built is None:
         return None
     return arcflow.solve(bins, deadline - time.monotonic(), built)
 
