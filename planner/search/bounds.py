@@ -17,6 +17,15 @@ of each class take each *pattern* (a multiset of instance sizes that fits the no
 size's demand covered. It is solved by column generation (GLOP for the master, a bounded knapsack
 for pricing). Rounded up it equals the optimum on almost every instance of the classic families.
 
+Column generation is stabilised (Wentges smoothing): each pricing is done at a point between
+the duals with the best Lagrangian bound so far (starting from the sizes themselves, the
+continuous bound's duals) and the master's, and a pricing there that finds nothing for the
+master is repeated at the master's own duals. Without it the duals swing from round to round:
+on nodes of 100,000 units with 200 sizes (Scholl's HARD0) the bound did not settle in 30 s;
+with it, it settles in about 200 rounds.
+When at most a few instances fit a node of a large capacity, pricing is OR-Tools' exact knapsack
+in C++; otherwise a vectorised DP, which also hands back a few other good patterns per round.
+
 The LP is solved in floating point, so its value is not the proof. The proof is a *certificate*
 read off its duals: weights ``π_g ≥ 0`` per size, scaled to integers. A node of class ``c`` holds
 at most ``V_c`` = the exact best knapsack of those weights in its free units, so if

@@ -14,9 +14,17 @@ solver does (price and branch over the Gilmore–Gomory pattern model):
 2. **Rounding the LP**: the patterns the LP uses a whole number of times are kept, and the few
    instances left over are packed best-fit decreasing into the nodes left over. On the classic
    families (and on a cluster, where sizes repeat) this finds a packing on the LP bound at once.
-3. **The restricted master as an integer program**: CP-SAT chooses how many nodes of each class
-   take each generated pattern, every size covered, hinted with the rounding. Any solution it
-   finds is a packing.
+3. **The arc-flow model** (:mod:`planner.search.arcflow`), when its compressed graph is small:
+   every pattern at once, solved by CP-SAT, so it packs or refutes exactly (the triplet
+   instances, every node exactly full, which defeat rounding and diving).
+4. **Diving**: fix the patterns the LP uses, solve the LP of what is left, back up on a dead end;
+   a small residual is packed exactly.
+5. **The restricted master as an integer program**: CP-SAT chooses how many nodes of each class
+   take each generated pattern, every size covered. Any solution it finds is a packing.
+
+With nodes of one size the LP is the one over the patterns a packing on them can use (each
+wastes at most the units the nodes leave free in all; see :func:`planner.search.bounds.lp_bound`),
+which is tighter and steers the rounding and the dive towards full nodes.
 
 Instances of one size are interchangeable here (their requests score 0 whatever the split, and
 none needs distinct nodes), so a packing of sizes is turned into a placement of requests by
