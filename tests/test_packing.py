@@ -4,13 +4,13 @@ called minimal is minimal (each checked against the exhaustive reference on smal
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from planner.base.codes import ConflictKind, Method, SolveStatus
 from planner.model.options import TypeProblem
 from planner.planning import conflict, solve_type
-from planner.search import bounds, patterns
+from planner.search import arcflow, bounds, patterns
 from planner.search.place import NodeCounts
 from tests.bruteforce import pack_exact
 from tests.helpers import problem
@@ -74,7 +74,7 @@ def test_the_pattern_model_agrees_with_the_exhaustive_reference(case: tuple[list
     if out.how == "refuted":
         assert not fits, "a refutation of a packing that exists"
         lp = out.lp
-        assert lp is not None and lp.refuted
+        assert (lp is not None and lp.refuted) or "arc-flow" in out.reason
     if out.nodes is not None:
         assert fits and _valid(prob, out.nodes)
     proof = bounds.refute_l2(prob)
@@ -136,3 +136,120 @@ def test_the_lp_certificate_is_checked_in_integers() -> None:
     refuted, _ = bounds.certificate(bins, lp.weights)
     assert refuted
     assert not bounds.certificate(bins, [0] * len(bins.sizes))[0]
+
+
+def _paths(gr: arcflow.Graph, sizes: list[int]) -> set[tuple[int, ...]]:
+    """Every source-to-sink path of the graph, as instances per size."""
+    out: set[tuple[int, ...]] = set()
+    leaving: dict[int, list[tuple[int, int, int]]] = {}
+    for a in gr.arcs:
+        leaving.setdefault(a[0], []).append(a)
+
+    def walk(node: int, counts: list[int]) -> None:
+        if node == gr.sink:
+            out.add(tuple(counts))
+            return
+        for _, head, j in leaving.get(node, ()):
+            if j >= 0:
+                counts[j] += 1
+            walk(head, counts)
+            if j >= 0:
+                counts[j] -= 1
+
+    walk(gr.source, [0] * len(sizes))
+    return out
+
+
+def _multisets(sizes: list[int], capacity: int, waste: int) -> set[tuple[int, ...]]:
+    """Every multiset of the sizes that fits ``capacity`` and wastes at most ``waste``."""
+    out: set[tuple[int, ...]] = set()
+
+    def grow(j: int, room: int, counts: list[int]) -> None:
+        if j == len(sizes):
+            if room <= waste:
+                out.add(tuple(counts))
+            return
+        for n in range(room // sizes[j] + 1):
+            counts[j] = n
+            grow(j + 1, room - n * sizes[j], counts)
+        counts[j] = 0
+
+    grow(0, capacity, [0] * len(sizes))
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(5, 30).flatmap(
+        lambda c: st.tuples(
+            st.just(c), st.lists(st.integers(1, c), min_size=1, max_size=5, unique=True), st.integers(0, c)
+        )
+    )
+)
+def test_the_compressed_graph_holds_exactly_the_patterns_that_fit(case: tuple[int, list[int], int]) -> None:
+    # compression merges positions; no path may then exceed the capacity, and no pattern that
+    # fits (within the waste allowed) may be lost, so the flow model stays exact both ways
+    capacity, sizes, slack = case
+    sizes = sorted(sizes, reverse=True)
+    gr = arcflow.graph(sizes, capacity, slack)
+    assert gr is not None
+    paths = _paths(gr, sizes)
+    fits = _multisets(sizes, capacity, slack)
+    for counts in paths - {tuple([0] * len(sizes))}:
+        assert sum(n * g for n, g in zip(counts, sizes, strict=True)) <= capacity, counts
+    assert fits - {tuple([0] * len(sizes))} <= paths
+
+
+@settings(max_examples=80, deadline=None)
+@given(packings())
+def test_the_arc_flow_model_agrees_with_the_exhaustive_reference(case: tuple[list[int], list[int]]) -> None:
+    free, sizes = case
+    prob = _special(free, sizes)
+    if not patterns.eligible(prob):
+        return
+    fits = _fits(free, sizes)
+    bins = bounds.bins_of(prob, bounds.one_split(prob))
+    flow = arcflow.solve(bins, 5.0)
+    assert flow.columns is not None or flow.refuted, "a small instance is decided"
+    assert flow.refuted == (not fits)
+    if flow.columns is not None:
+        assert arcflow.packs(bins, flow.columns)
+        assert _valid(prob, patterns.place(prob, bins, flow.columns))
+
+
+def test_the_triplets_fill_every_node_so_only_full_patterns_remain() -> None:
+    # 2 nodes of 10 and sizes summing to 20: no unit may be wasted, so only patterns that fill a
+    # node exactly are arcs to the end; 6+4 and 5+5 remain, 6+3 (waste 1) does not
+    sizes = [6, 5, 4, 3]
+    gr = arcflow.graph(sizes, 10, 0)
+    assert gr is not None
+    assert _paths(gr, sizes) == {(1, 0, 1, 0), (0, 2, 0, 0), (0, 0, 1, 2)}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 9), st.integers(1, 3), st.integers(0, 20)), min_size=1, max_size=4),
+    st.integers(1, 20),
+    st.integers(0, 20),
+)
+@example([(5, 1, 7), (4, 1, 0)], 10, 9)  # only the worthless 4 lifts the 5 over the floor
+def test_the_knapsack_with_a_floor_is_the_best_pattern_of_at_least_that_weight(
+    parts: list[tuple[int, int, int]], capacity: int, floor: int
+) -> None:
+    # a node that may waste little takes only patterns of at least ``floor`` units; the priced
+    # value must be the best of exactly those (0 when there is none), or the certificate is wrong
+    import itertools
+
+    sizes, copies, values = (list(x) for x in zip(*parts, strict=True))
+    floor = min(floor, capacity)
+    best = 0
+    for a in itertools.product(*(range(u + 1) for u in copies)):
+        weight = sum(n * g for n, g in zip(a, sizes, strict=True))
+        if floor <= weight <= capacity:
+            best = max(best, sum(n * v for n, v in zip(a, values, strict=True)))
+    value, counts, exact = bounds.knapsack(values, sizes, copies, capacity, floor=floor)
+    assert exact and value == best
+    if value:
+        weight = sum(n * g for n, g in zip(counts, sizes, strict=True))
+        assert floor <= weight <= capacity
+        assert sum(n * v for n, v in zip(counts, values, strict=True)) == value

@@ -14,9 +14,17 @@ solver does (price and branch over the Gilmore–Gomory pattern model):
 2. **Rounding the LP**: the patterns the LP uses a whole number of times are kept, and the few
    instances left over are packed best-fit decreasing into the nodes left over. On the classic
    families (and on a cluster, where sizes repeat) this finds a packing on the LP bound at once.
-3. **The restricted master as an integer program**: CP-SAT chooses how many nodes of each class
-   take each generated pattern, every size covered, hinted with the rounding. Any solution it
-   finds is a packing.
+3. **The arc-flow model** (:mod:`planner.search.arcflow`), when its compressed graph is small:
+   every pattern at once, solved by CP-SAT, so it packs or refutes exactly (the triplet
+   instances, every node exactly full, which defeat rounding and diving).
+4. **Diving**: fix the patterns the LP uses, solve the LP of what is left, back up on a dead end;
+   a small residual is packed exactly.
+5. **The restricted master as an integer program**: CP-SAT chooses how many nodes of each class
+   take each generated pattern, every size covered. Any solution it finds is a packing.
+
+With nodes of one size the LP is the one over the patterns a packing on them can use (each
+wastes at most the units the nodes leave free in all; see :func:`planner.search.bounds.lp_bound`),
+which is tighter and steers the rounding and the dive towards full nodes.
 
 Instances of one size are interchangeable here (their requests score 0 whatever the split, and
 none needs distinct nodes), so a packing of sizes is turned into a placement of requests by
@@ -32,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.model.options import TypeProblem
+from planner.search import arcflow
 from planner.search.bounds import Bins, LpBound, bins_of, l2, lp_bound, refute_lp
 from planner.search.place import NodeCounts
 
@@ -39,6 +48,11 @@ Column = tuple[int, tuple[int, ...]]  # (class, instances per size)
 MAX_BACKTRACKS = 40  # a dive gives up after undoing this many choices
 EXACT_INSTANCES = 45  # a residual of at most this many instances is packed exactly (CP-SAT)
 EXACT_SECONDS = 1.0  # for at most this long
+WASTE = True  # the LP over patterns that waste no more than the nodes leave free
+LP_SHARE = 0.4  # the LP bound's share of the time
+LP_MORE = 0.8  # ... up to this share while its patterns so far do not fit the nodes
+ARCFLOW_ARCS = 5_000  # the arc-flow model is tried when its compressed graph has at most this many arcs
+ARCFLOW_SHARE = 0.6  # until this share of the time has passed (the dive then has the rest)
 
 
 def eligible(problem: TypeProblem) -> bool:
@@ -54,7 +68,7 @@ class Packing:
 
     nodes: list[NodeCounts] | None  # per item, node -> instances (a packing was found)
     lp: LpBound | None
-    how: str  # "rounding", "diving", "master", "refuted", "" (undecided)
+    how: str  # "rounding", "arc-flow", "diving", "master", "refuted", "" (undecided)
     reason: str = ""  # the refutation, or how far an undecided search got, in words
     items: tuple[int, ...] = ()  # refuted: the requests the proof needs (they cannot fit together)
 
@@ -191,7 +205,7 @@ def _resolve(bins: Bins, node: _Node, deadline: float) -> list[Column] | None:
         for c, a in node.columns
         if c in remap
     ]
-    sub = lp_bound(rest, max(0.05, deadline - time.monotonic()), trimmed)
+    sub = lp_bound(rest, max(0.05, deadline - time.monotonic()), trimmed, waste=WASTE)
     if sub.refuted or (sub.converged and sub.value > rest.nodes + 1e-6) or not sub.primal:
         node.primal = []
         return None
@@ -297,7 +311,7 @@ def _master(
     return out
 
 
-def _place(problem: TypeProblem, bins: Bins, chosen: Sequence[Column]) -> list[NodeCounts]:
+def place(problem: TypeProblem, bins: Bins, chosen: Sequence[Column]) -> list[NodeCounts]:
     """Patterns to node names (class by class, nodes in name order), then slots to requests."""
     by_class: dict[int, list[str]] = {}
     for name, f in sorted(problem.nodes):
@@ -320,6 +334,17 @@ def _place(problem: TypeProblem, bins: Bins, chosen: Sequence[Column]) -> list[N
     return placed
 
 
+def _arcflow(bins: Bins, deadline: float) -> arcflow.Flow | None:
+    """The exact arc-flow model, when its graph is small enough to pay off (None: not tried)."""
+    left = deadline - time.monotonic()
+    if left < 0.1:
+        return None
+    built = arcflow.graphs(bins, ARCFLOW_ARCS)
+    if built is None:
+        return None
+    return arcflow.solve(bins, deadline - time.monotonic(), built)
+
+
 def _undecided(bins: Bins, lp: LpBound) -> str:
     """How far the packing model got, for a type it could neither pack nor refute in time."""
     low = max(lp.needed, l2(bins.sizes, bins.demand, bins.largest))
@@ -334,20 +359,30 @@ def solve(problem: TypeProblem, seconds: float) -> Packing:
     """Pack an :func:`eligible` type: a placement, a refutation, or neither within ``seconds``."""
     start = time.monotonic()
     bins = bins_of(problem, [it.index for it in problem.items])
-    lp = lp_bound(bins, seconds * 0.4)
+    lp = lp_bound(bins, seconds * LP_SHARE, waste=WASTE)
+    if not lp.refuted and not lp.converged and lp.value > bins.nodes + 1e-6:
+        # even the patterns found so far need more nodes than there are: the bound may yet
+        # refute, and nothing can be packed before it settles, so it gets more of the time
+        lp = lp_bound(bins, start + seconds * LP_MORE - time.monotonic(), lp.columns, waste=WASTE)
     proof = refute_lp(bins, lp)
     if proof is not None:
         return Packing(None, lp, "refuted", proof.reason, proof.items)
     rounded = _rounding(bins, lp) if lp.primal else None
     if rounded is not None:
-        return Packing(_place(problem, bins, rounded), lp, "rounding")
+        return Packing(place(problem, bins, rounded), lp, "rounding")
+    flow = _arcflow(bins, start + seconds * ARCFLOW_SHARE)
+    if flow is not None and flow.columns is not None:
+        return Packing(place(problem, bins, flow.columns), lp, "arc-flow")
+    if flow is not None and flow.refuted:
+        reason = f"the arc-flow model over every pattern has no solution on {bins.nodes} nodes"
+        return Packing(None, lp, "refuted", reason, bins.items)
     dived = _dive(bins, lp, start + seconds * 0.9)
     if dived is not None:
-        return Packing(_place(problem, bins, dived), lp, "diving")
+        return Packing(place(problem, bins, dived), lp, "diving")
     left = seconds - (time.monotonic() - start)
     if left <= 0.05:
         return Packing(None, lp, "", _undecided(bins, lp))
     chosen = _master(bins, lp.columns, left, None)
     if chosen is None:
         return Packing(None, lp, "", _undecided(bins, lp))
-    return Packing(_place(problem, bins, chosen), lp, "master")
+    return Packing(place(problem, bins, chosen), lp, "master")
