@@ -87,7 +87,9 @@ def test_compare_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
             ["run", "grpc://127.0.0.1:9/NoMethod"], "pkg.Service/Method", id="a gRPC URL without a method"
         ),
         pytest.param(
-            ["sample-server", "--host", "0.0.0.0"], "loopback only", id="the sample server stays on loopback"
+            ["sample-server", "--host", "example.com"],
+            "IP address",
+            id="the sample server listens on an address",
         ),
         pytest.param(
             ["run", "http://127.0.0.1:9/x", "--shard", "0/2"],
