@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtest.probe import ProcessProbe, is_local_host, pids_listening_on
+from loadtest.probe import ProcessProbe, StatsProbe, is_local_host, pids_listening_on
 from loadtest.sample_server import ServerConfig, Slots, burn, hold
 
 pytestmark = pytest.mark.timeout(30)
@@ -202,6 +202,27 @@ def test_probe_follows_the_process_tree(sample_server: Any) -> None:
     assert burned >= 0.3  # three requests of 100 ms of CPU each
     assert after.cpu_seconds - before.cpu_seconds >= burned - resolution, (before, after, burned)
     assert after.rss_bytes > 10 * 2**20
+
+
+def test_stats_probe_reads_what_the_instances_report(sample_server: Any) -> None:
+    """``--server-stats``: two instances that the load tester cannot see as processes (pods) are
+    probed through their ``/stats``; the sum covers the CPU both burned, as the tree probe does."""
+    args = ("--mode", "cpu", "--instances", "1", "--service-ms", "100", "--clock", "cpu")
+    with sample_server(*args) as a, sample_server(*args) as b:
+        urls = [str(httpx.URL(s.url).join("/stats")) for s in (a, b)]
+        probe = StatsProbe(urls)
+        probe.check()
+        before = probe.read()
+        with httpx.Client(timeout=5.0) as client:
+            burned = sum(client.get(s.url).json()["cpu_ms"] for s in (a, b, a)) / 1000.0
+        after = probe.read()
+        assert probe.pids == [] and after.processes == 2
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    assert burned >= 0.3
+    assert after.cpu_seconds - before.cpu_seconds >= burned - 4 * tick * 2, (before, after, burned)
+    assert after.rss_bytes > 2 * 10 * 2**20
+    with pytest.raises(ValueError, match="/nothing"):
+        StatsProbe([urls[0].replace("/stats", "/nothing")]).check()
 
 
 def test_probe_counts_children_that_come_and_go() -> None:
