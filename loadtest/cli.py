@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from loadtest import classify as classify_mod
-from loadtest import compare as compare_mod
 from loadtest import report
 from loadtest.merge import MergeError, load_result, merge_results
 from loadtest.output import write_outputs
@@ -187,6 +186,10 @@ def _cmd_classify(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    # imported here: compare reads plans with the planner and YAML, which a load tester in a pod
+    # (the senders' image) does not carry
+    from loadtest import compare as compare_mod
+
     try:
         rows = compare_mod.load_plan(args.plan)
         caps = compare_mod.load_capacities(args.capacities)
