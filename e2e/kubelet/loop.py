@@ -363,11 +363,13 @@ def table(rows: Sequence[Measured]) -> str:
     )
     lines = []
     for m in rows:
-        alloc = ("planner " if m.planner else "") + (m.allocation or f"{m.instances} instances")
+        alloc = ("planner " if m.planner else "") + (
+            m.allocation or f"{m.instances} instance{'s' if m.instances > 1 else ''}, no cards"
+        )
         cpu = "-" if m.cpu_cores is None else f"{m.cpu_cores:.2f}"
         rss = "-" if m.rss_mib is None else f"{m.rss_mib:.0f}"
         lines.append(
-            f"| {m.service} | {alloc} | {m.instances} x {m.cards} | {m.capacity_qps:g} | {cpu} | {rss} "
-            f"| {CPU_LIMIT_CORES * m.instances:g} |"
+            f"| {m.service} | {alloc} | {m.instances} x {m.cards or '-'} | {m.capacity_qps:.1f} "
+            f"| {cpu} | {rss} | {CPU_LIMIT_CORES * m.instances:g} |"
         )
     return head + "\n".join(lines) + "\n"

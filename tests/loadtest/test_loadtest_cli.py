@@ -285,3 +285,18 @@ def test_python_dash_m_loadtest() -> None:
     )
     assert done.returncode == 0
     assert "usage: python -m loadtest" in done.stdout and "sample-server" in done.stdout
+
+
+def test_the_load_tester_starts_without_the_planner_and_yaml() -> None:
+    """A load tester in a pod carries the senders' dependencies only (the real-kubelet workload
+    image): ``run`` and ``sample-server`` must start without the planner and PyYAML, which only
+    ``compare`` reads plans with."""
+    code = (
+        "import sys\n"
+        "sys.modules.update({'planner': None, 'yaml': None, 'matplotlib': None, 'grpc': None})\n"
+        "from loadtest.cli import main\n"
+        "sys.exit(main(['sample-server', '--help']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "--backend" in proc.stdout
