@@ -40,7 +40,7 @@ chaos: ## the fault suite on the local cluster: concurrency, freshness, API faul
 	bash hack/demo.sh --clean
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e/chaos
 
-kubelet: ## the real-kubelet suite: 2 real nodes (podman, containerd, kubelet, fake GPU plugin) run a plan
+kubelet: ## the real-kubelet suite: 2 real nodes (podman, containerd, kubelet, fake GPU plugin) run a plan, and the loop, small
 	KUBELETS=2 bash hack/cluster-up.sh
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e/kubelet
 
