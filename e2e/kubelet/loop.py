@@ -30,8 +30,13 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from e2e.kubelet.conftest import TOLERATION, RealNodes
@@ -281,6 +286,78 @@ class Loop:
             f"{result.get('duration_s', 0):.0f}s)"
         )
         return m
+
+    def measure_sharded(
+        self, pods: Sequence[Mapping[str, Any]], rate: float, shards: int = 2
+    ) -> dict[str, Any]:
+        """One fixed ``rate`` sent by an Indexed Job of ``shards`` load testers (``--shard auto/N``,
+        each its share of every step, started together with ``--start-at``), their results
+        combined by ``gpuplan loadtest merge``: the merged result document."""
+        s = self.settings
+        urls = [f"http://{p['status']['podIP']}:{PORT}/work" for p in pods]
+        targets = "".join(f"GET {u}\n\n" for u in urls)
+        start_at = time.time() + 15  # the shards' pods start within this (one host's clock)
+        args = [
+            "python3", "-m", "loadtest", "run", urls[0], "--targets", "/tmp/targets",
+            "--rate", f"{rate:g}", "--shard", f"auto/{shards}", "--start-at", f"{start_at:.3f}",
+            "--processes", "1", "--concurrency", "32", "--warmup", f"{s.warmup:g}",
+            "--window", f"{s.window:g}", "--timeout", "3", "--no-probe", "--quiet", "--json", "-",
+        ]  # fmt: skip
+        script = f"printf %s {shlex.quote(targets)} >/tmp/targets && exec {shlex.join(args)}"
+        self.runs += 1
+        name = f"loadtest-{self.runs}"
+        spec = self._pod_spec({"command": ["sh", "-c", script]})
+        spec["restartPolicy"] = "Never"
+        job = {
+            "metadata": {"name": name},
+            "spec": {
+                "completionMode": "Indexed",
+                "completions": shards,
+                "parallelism": shards,
+                "backoffLimit": 0,
+                "template": {"spec": spec},
+            },
+        }
+        self.api.create("batch/v1", "jobs", job, ns=self.ns)
+
+        def finished() -> dict[str, Any] | None:
+            status: dict[str, Any] = (
+                json.loads(self.kubectl.run("get", "job", "-n", self.ns, name, "-o", "json").stdout).get(
+                    "status"
+                )
+                or {}
+            )
+            done = int(status.get("succeeded") or 0) + int(status.get("failed") or 0)
+            return status if done >= shards or status.get("failed") else None
+
+        status = wait_for(f"the {shards} shards of {name}", finished, timeout=180)
+        pods_of_job = self.api.pods(self.ns, f"job-name={name}")
+        if int(status.get("succeeded") or 0) != shards:
+            logs = [self.kubectl.run("logs", "-n", self.ns, p["metadata"]["name"], check=False).stdout
+                    for p in pods_of_job]  # fmt: skip
+            raise AssertionError(f"a shard of {name} failed: {logs}")
+        with tempfile.TemporaryDirectory() as tmp:
+            files = []
+            for p in pods_of_job:
+                out = self.kubectl.run("logs", "-n", self.ns, p["metadata"]["name"]).stdout
+                index = p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+                path = Path(tmp) / f"shard-{index}.json"
+                path.write_text(out[out.index("{") :])
+                files.append(str(path))
+            merged = subprocess.run(
+                [sys.executable, "-m", "loadtest", "merge", *sorted(files), "--json", "-"],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+        self.api.delete("batch/v1", "jobs", name, ns=self.ns)
+        if merged.returncode != 0:
+            raise AssertionError(f"loadtest merge: {merged.stderr}")
+        doc: dict[str, Any] = json.loads(merged.stdout)
+        step = doc["steps"][0]
+        self.log(
+            f"  {len(urls)} instances, {shards} shards at {rate:g}/s merged: "
+            f"{'held' if step['held'] else 'NOT held'}, {step['throughput']:g}/s"
+        )
+        return doc
 
     def measure_instances(self, service: str, counts: Sequence[int]) -> list[Measured]:
         """The service at each instance count: one Deployment, scaled from count to count."""

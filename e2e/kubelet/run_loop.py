@@ -66,10 +66,15 @@ def run(loop: Loop, counts: Sequence[int], cards: int, naive: bool) -> dict[str,
     loop.log(f"3. plan {cards} cards each with {strategies}, deployed by the operator")
     status = loop.apply_plan(PLAN, strategies, cards)
     rows: list[Measured] = []
+    sharded: dict[str, object] = {}
     for s in SERVICES:
         pods = loop.planned_pods(PLAN, s)
         k, g = len(pods), cards_of(pods[0])
         rows.append(loop.measure(s, pods, f"{k}x{g}", g, planner=True))
+        # the same pods at 70% of that capacity from an Indexed Job of two shards, merged
+        rate = round(0.7 * rows[-1].capacity_qps, 1)
+        step = loop.measure_sharded(pods, rate)["steps"][0]
+        sharded[s] = {"rate": rate, "held": step["held"], "throughput": step["throughput"]}
     loop.delete_plan(PLAN)
     if naive:
         loop.log(f"4. the naive splits of {cards} cards")
@@ -83,6 +88,7 @@ def run(loop: Loop, counts: Sequence[int], cards: int, naive: bool) -> dict[str,
         "measured": {s: [m.row() for m in measured[s]] for s in SERVICES},
         "classified": {s: classes[s].to_dict() for s in SERVICES},
         "allocations": status.get("allocations"),
+        "sharded": sharded,
         "rows": rows,
     }
 

@@ -63,6 +63,13 @@ def test_measure_classify_plan_deploy_and_compare_on_real_pods(
 
     planned_cpu = loop.measure("cpu", cpu_pods, f"{spread}x{cards // spread}", cards // spread, planner=True)
     planned_io = loop.measure("io", io_pods, f"1x{cards}", cards, planner=True)
+    # the load tester as an Indexed Job of two shards on the real nodes, merged: below the knee
+    # the planner's cpu split holds the rate, and the merged throughput is the whole of it
+    rate = round(0.7 * planned_cpu.capacity_qps, 1)
+    merged = loop.measure_sharded(cpu_pods, rate, shards=2)
+    (step,) = merged["steps"]
+    assert step["held"] and abs(step["throughput"] - rate) <= 0.1 * rate, step
+    assert len(merged["merged_from"]) == 2, merged["merged_from"]
     print("\n" + table([cpu[0], cpu[1], planned_cpu, io[0], io[1], planned_io]))
     # the planner's split against the alternatives: the spread cpu service serves about twice the
     # concentrated 1 x n; the io service in one instance serves what two did, with less memory
