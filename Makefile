@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
 .PHONY: help install test unit view e2e chaos kubelet lint bench bench-planner bench-packing bench-operator bench-loadtest golden helm \
-	image cluster-up cluster-down demo clean
+	image cluster-up cluster-down demo loop clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -40,9 +40,13 @@ chaos: ## the fault suite on the local cluster: concurrency, freshness, API faul
 	bash hack/demo.sh --clean
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e/chaos
 
-kubelet: ## the real-kubelet suite: 2 real nodes (podman, containerd, kubelet, fake GPU plugin) run a plan
+kubelet: ## the real-kubelet suite: 2 real nodes (podman, containerd, kubelet, fake GPU plugin) run a plan, and the loop, small
 	KUBELETS=2 bash hack/cluster-up.sh
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e/kubelet
+
+loop: install ## the product's loop on real pods: measure, classify, plan, deploy, compare with the naive splits (~10 min)
+	KUBELETS=2 KUBELET_GPUS=12 bash hack/cluster-up.sh
+	$(BIN)/python -m e2e.kubelet.run_loop
 
 lint: ## ruff, mypy --strict, layer contracts (import-linter), chart CRD and dashboard drift, doc references
 	$(BIN)/ruff check planner gpuplan operator loadtest tests bench e2e hack/dashboard.py

@@ -9,6 +9,8 @@
 # tainted gpuplan.ragnaros.io/kubelet=real:NoSchedule, so that only pods that tolerate it (the
 # real-kubelet tests) land there and the kwok suites never see them.
 #
+# Pods reach each other across the nodes: each node routes the others' pod subnets to them.
+#
 # Idempotent: a node already running the current image is kept; nodes beyond N are removed.
 # Writes <repo>/.cluster/kubelets.env (node names, the workload image) for the tests.
 #
@@ -132,6 +134,22 @@ containers_alive() {
 ready_or_dead() { containers_alive || exit 1; nodes_ready; }
 poll "${TIMEOUT}" "${COUNT} real nodes to be Ready with ${GPUS} nvidia.com/gpu each" ready_or_dead ||
   die "real nodes not Ready after ${TIMEOUT}s; see: podman exec $(container_name real-000) tail /var/log/kubelet.log"
+
+# A pod network across the nodes, as a host-gw CNI would make it: each node routes every other
+# node's pod subnet to that node's container address (they share podman's bridge), so a load
+# tester on one node reaches a service's pods on all of them. Set again on every run (a node
+# container that was replaced has a new address).
+declare -A NODE_ADDR
+for ((i = 0; i < COUNT; i++)); do
+  NODE_ADDR[${i}]="$(podman inspect --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$(container_name "${NODES[i]}")")"
+  [[ -n "${NODE_ADDR[${i}]}" ]] || die "no address for the container of ${NODES[i]}"
+done
+for ((i = 0; i < COUNT; i++)); do
+  for ((j = 0; j < COUNT; j++)); do
+    ((i == j)) && continue
+    podman exec "$(container_name "${NODES[i]}")" ip route replace "10.244.$((j + 1)).0/24" via "${NODE_ADDR[${j}]}"
+  done
+done
 
 {
   printf 'KUBELET_NODES="%s"\n' "${NODES[*]}"

@@ -5,7 +5,10 @@
 #                                     plugins, iptables, plus the kubelet and the fake GPU device
 #                                     plugin from hack/build-binaries.sh --kubelet (hack/node/)
 #   localhost/gpuplan-pause:<key>     the pod sandbox image: one static binary (hack/k8s/pause)
-#   localhost/gpuplan-workload:<key>  python3 + the load tester package with its sample service
+#   localhost/gpuplan-workload:<key>  python3 + the load tester package with its sample service and
+#                                     the wheels its senders need (hdrhistogram, psutil, uvloop),
+#                                     downloaded on this host at the versions in .venv and unpacked
+#                                     into the image (no pip, no index inside the build)
 #
 # The pause and workload images are also saved as archives into $GPUPLAN_CACHE/node-images/<key>/,
 # which each node's containerd imports when it starts (pods use them with imagePullPolicy
@@ -69,14 +72,39 @@ if ! podman image exists "${NODE_IMAGE}"; then
 fi
 
 # --- workload -------------------------------------------------------------------------------
+# The load tester's runtime dependencies for Debian bookworm's CPython 3.11, pinned to what .venv
+# holds (what the tests ran). Plots are drawn on the host, and gRPC targets are not measured in
+# pods: matplotlib and grpcio stay out. A wheel is a zip archive with nothing to run at install,
+# so unpacking it onto the image's Python path is an install.
+PY="${GPUPLAN_PYTHON:-${REPO_ROOT}/.venv/bin/python}"
+[[ -x "${PY}" ]] || die "no ${PY}: run make install first"
+WHEELS=(hdrhistogram psutil uvloop)
+PINS="$("${PY}" -m pip freeze --disable-pip-version-check 2>/dev/null | grep -iE "^($(IFS='|'; echo "${WHEELS[*]}"))==")"
+[[ "$(wc -l <<<"${PINS}")" == "${#WHEELS[@]}" ]] || die "the load tester's dependencies are not all in ${PY%/bin/*} (make install): ${PINS}"
+WHEEL_DIR="${GPUPLAN_CACHE}/wheels/workload-$(sha256sum <<<"${PINS}" | cut -c1-12)"
+if [[ ! -f "${WHEEL_DIR}/.complete" ]]; then
+  rm -rf "${WHEEL_DIR}"
+  mkdir -p "${WHEEL_DIR}"
+  # shellcheck disable=SC2086  # one pin per word
+  "${PY}" -m pip download --quiet --disable-pip-version-check --no-deps --dest "${WHEEL_DIR}" \
+    --only-binary=:all: --implementation cp --python-version 3.11 --abi cp311 \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+    ${PINS} >&2
+  touch "${WHEEL_DIR}/.complete"
+  log "downloaded the workload's wheels into ${WHEEL_DIR}"
+fi
+touch "${WHEEL_DIR}"
+mapfile -t WHEEL_FILES < <(ls "${WHEEL_DIR}"/*.whl)
 mapfile -t LOADTEST_FILES < <(cd "${REPO_ROOT}" && git ls-files loadtest 2>/dev/null || find loadtest -type f -not -path '*/__pycache__/*')
-WORKLOAD_FILES=("${HACK_DIR}/node/workload.Containerfile" "${HACK_DIR}/node/show-devices")
+WORKLOAD_FILES=("${HACK_DIR}/node/workload.Containerfile" "${HACK_DIR}/node/show-devices" "${WHEEL_FILES[@]}")
 for f in "${LOADTEST_FILES[@]}"; do WORKLOAD_FILES+=("${REPO_ROOT}/${f}"); done
 WORKLOAD_IMAGE="localhost/gpuplan-workload:$(printf '%s %s' "$(image_id "${PYTHON_BASE}")" "$(key "${WORKLOAD_FILES[@]}")" | sha256sum | cut -c1-12)"
 if ! podman image exists "${WORKLOAD_IMAGE}"; then
   mkdir -p "${CTX}/workload"
   (cd "${REPO_ROOT}" && cp --parents "${LOADTEST_FILES[@]}" "${CTX}/workload/")
   cp "${HACK_DIR}/node/show-devices" "${CTX}/workload/"
+  mkdir -p "${CTX}/workload/site"
+  for whl in "${WHEEL_FILES[@]}"; do "${PY}" -m zipfile -e "${whl}" "${CTX}/workload/site/"; done
   podman build --quiet --pull=never --network=none --build-arg "PYTHON_BASE=${PYTHON_BASE}" \
     --tag "${WORKLOAD_IMAGE}" --file "${HACK_DIR}/node/workload.Containerfile" "${CTX}/workload" >/dev/null
   log "made ${WORKLOAD_IMAGE}"

@@ -33,6 +33,10 @@ Concentrating such a service would make it slower still, so ``classify`` then an
 
 An IO-bound service shows idle instances at the knee (they wait on what they share), so busy CPU
 at every count is not how a shared bottleneck looks.
+
+"Busy" is ``busy_cores_per_instance`` (a quarter of a core) - or, for a measurement made under a
+CPU limit, 80% of each instance's share of that limit when that is less: a pod limited to 0.1 core
+that burns 0.09 at the knee is as busy as it can be.
 """
 
 from __future__ import annotations
@@ -145,6 +149,12 @@ def classify(
     counts = sorted(best)
     base = best[counts[0]]
     points = []
+
+    def busy_at(m: Measurement) -> float:
+        if m.cpu_limit_cores:
+            return min(busy_cores_per_instance, FULL * m.cpu_limit_cores / m.instances)
+        return busy_cores_per_instance
+
     for n in counts:
         m = best[n]
         ideal = n / base.instances
@@ -159,6 +169,7 @@ def classify(
             "cpu_ms_per_request": (
                 None if m.cpu_cores is None else round(1000 * m.cpu_cores / m.capacity_qps, 3)
             ),
+            "busy_cores_per_instance": round(busy_at(m), 3),
             "source": m.source,
         }
         if n != base.instances:
@@ -171,10 +182,10 @@ def classify(
     busy: bool | None = None
     if cpu_known:
         # The most instances is where a shared bottleneck leaves each one idlest.
-        busy = cpu_known[-1]["cpu_per_instance"] >= busy_cores_per_instance
+        busy = cpu_known[-1]["cpu_per_instance"] >= cpu_known[-1]["busy_cores_per_instance"]
     # Busy at every count measured: the instances are limited by the CPU they get.
     saturated = len(cpu_known) == len(points) and all(
-        p["cpu_per_instance"] >= busy_cores_per_instance for p in points
+        p["cpu_per_instance"] >= p["busy_cores_per_instance"] for p in points
     )
     evidence: dict[str, Any] = {
         "baseline_instances": base.instances,

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from loadtest import classify as classify_mod
-from loadtest import compare as compare_mod
 from loadtest import report
 from loadtest.merge import MergeError, load_result, merge_results
 from loadtest.output import write_outputs
@@ -187,6 +186,10 @@ def _cmd_classify(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    # imported here: compare reads plans with the planner and YAML, which a load tester in a pod
+    # (the senders' image) does not carry
+    from loadtest import compare as compare_mod
+
     try:
         rows = compare_mod.load_plan(args.plan)
         caps = compare_mod.load_capacities(args.capacities)
@@ -217,6 +220,7 @@ def _cmd_sample_server(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             max_seconds=args.max_seconds,
+            backend=args.backend,
         )
     except ValueError as exc:
         return _fail(str(exc))
@@ -308,7 +312,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     ss = sub.add_parser(
         "sample-server",
-        help="start the sample service (cpu- or io-bound) on loopback",
+        help="start the sample service (cpu- or io-bound), on loopback by default",
         description="A test service with a known knee: cpu mode serves instances/service-ms, "
         "io mode concurrency/latency-ms whatever the instances. Stops after --max-seconds.",
     )
@@ -331,7 +335,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     ss.add_argument("--concurrency", type=int, default=4, help="io: backend concurrency")
     ss.add_argument("--io-cpu-ms", type=float, default=0.5, help="io: CPU ms per request")
     ss.add_argument("--max-queue", type=int, default=1000)
-    ss.add_argument("--host", default="127.0.0.1")
+    ss.add_argument(
+        "--backend",
+        default="",
+        metavar="URL",
+        help="io: call this shared backend (another sample server) instead of slots of its own",
+    )
+    ss.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 in a pod)")
     ss.add_argument("--port", type=int, default=8080, help="0 picks a free port")
     ss.add_argument("--max-seconds", type=float, default=600.0)
     ss.set_defaults(func=_cmd_sample_server)

@@ -8,13 +8,21 @@ worker processes (gunicorn, a process pool, the sample server) spends its CPU in
 
 CPU is accumulated per pid, so a child that starts mid-run counts from its start and a child that
 exits stops counting instead of making the total go backwards.
+
+A server elsewhere (in pods, the load tester in another) cannot be seen that way; when it reports
+its own numbers (``cpu_seconds`` and ``rss_bytes`` in a JSON document, as the sample server's
+``/stats`` does), :class:`StatsProbe` reads them from every instance and adds them up
+(``--server-stats URL``, once per instance).
 """
 
 from __future__ import annotations
 
+import json
 import socket
-from collections.abc import Iterable
+import urllib.request
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import psutil
 
@@ -28,6 +36,14 @@ class ProbeReading:
     cpu_seconds: float
     rss_bytes: int
     processes: int
+
+
+class ServerProbe(Protocol):
+    """What the runner reads during each step's window."""
+
+    pids: list[int]  # the processes probed (empty when the server reports its own numbers)
+
+    def read(self) -> ProbeReading: ...
 
 
 class ProcessProbe:
@@ -64,6 +80,53 @@ class ProcessProbe:
             self._total += max(0.0, cpu - self._last.get(pid, 0.0))
         self._last = seen
         return ProbeReading(cpu_seconds=self._total, rss_bytes=rss, processes=len(seen))
+
+
+class StatsProbe:
+    """Adds up ``cpu_seconds`` and ``rss_bytes`` that each instance reports at its stats URL.
+
+    Each instance counts from its first reading, and one whose counter went backwards (it
+    restarted) counts again from there, so the total never decreases. An instance that does not
+    answer keeps its last numbers for that reading.
+    """
+
+    def __init__(self, urls: Sequence[str], timeout: float = 2.0) -> None:
+        if not urls:
+            raise ValueError("no stats URL to probe")
+        self.urls = list(urls)
+        self.pids: list[int] = []
+        self.timeout = timeout
+        self._last: dict[str, tuple[float, int]] = {}
+        self._total = 0.0
+
+    def _fetch(self, url: str) -> tuple[float, int] | None:
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as r:
+                doc = json.loads(r.read())
+            return float(doc["cpu_seconds"]), int(doc["rss_bytes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def read(self) -> ProbeReading:
+        rss = 0
+        for url in self.urls:
+            got = self._fetch(url)
+            last = self._last.get(url)
+            if got is None:
+                rss += last[1] if last else 0
+                continue
+            cpu, mem = got
+            if last is not None:
+                self._total += cpu - last[0] if cpu >= last[0] else cpu
+            self._last[url] = got
+            rss += mem
+        return ProbeReading(cpu_seconds=self._total, rss_bytes=rss, processes=len(self._last))
+
+    def check(self) -> None:
+        """Every URL answers now: a typo should stop the run before it starts, not leave it blind."""
+        bad = [u for u in self.urls if self._fetch(u) is None]
+        if bad:
+            raise ValueError(f"no cpu_seconds/rss_bytes JSON at {', '.join(bad)}")
 
 
 def self_cpu_seconds() -> float:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from loadtest.arrivals import Shard
 from loadtest.plugins import parse_task_args
-from loadtest.probe import ProcessProbe, is_local_host, pids_listening_on
+from loadtest.probe import ProcessProbe, ServerProbe, StatsProbe, is_local_host, pids_listening_on
 from loadtest.runner import RunConfig
 from loadtest.search import SearchConfig
 from loadtest.senders import default_processes
@@ -171,6 +171,14 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         default=[],
         help="probe this pid's CPU and memory (default: the local listener on the port)",
     )
+    o.add_argument(
+        "--server-stats",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="read the server's CPU and memory from this JSON (cpu_seconds, rss_bytes), once per "
+        "instance, e.g. each pod's /stats of the sample server: for a server that is not on this machine",
+    )
     o.add_argument("--no-probe", action="store_true", help="don't probe the server")
     o.add_argument("--json", metavar="FILE", help="write the JSON result here ('-' for stdout)")
     o.add_argument("--plot", metavar="FILE.png", help="write a PNG of the run over time")
@@ -303,9 +311,18 @@ def configs(args: argparse.Namespace) -> tuple[RunConfig, SearchConfig]:
     return run, search
 
 
-def probe_for(args: argparse.Namespace, notes: list[str]) -> ProcessProbe | None:
+def probe_for(args: argparse.Namespace, notes: list[str]) -> ServerProbe | None:
     if args.no_probe:
         return None
+    if args.server_stats:
+        if args.server_pid:
+            raise UsageError("--server-stats and --server-pid: give one way to probe the server")
+        stats = StatsProbe(args.server_stats)
+        try:
+            stats.check()
+        except ValueError as exc:
+            raise UsageError(f"--server-stats: {exc}") from None
+        return stats
     pids: list[int] = list(args.server_pid)
     if not pids:
         parts = urlsplit(args.url)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from loadtest.arrivals import WHOLE, Schedule, Shard
 from loadtest.messages import Request
-from loadtest.probe import ProcessProbe
+from loadtest.probe import ServerProbe
 from loadtest.progress import Progress
 from loadtest.record import StepRecord, judge, merge
 from loadtest.sender import StepPlan
@@ -87,7 +87,7 @@ class Runner:
         *,
         url: str = "",
         health: Transport | None = None,
-        probe: ProcessProbe | None = None,
+        probe: ServerProbe | None = None,
         progress: Progress | None = None,
         shard: Shard = WHOLE,
         start_at: float | None = None,

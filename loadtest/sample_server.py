@@ -1,10 +1,13 @@
 """A sample service with a known knee, to test the load tester (and to try it by hand).
 
-``python -m loadtest sample-server --mode cpu|io ...`` listens on loopback only and serves
+``python -m loadtest sample-server --mode cpu|io ...`` listens on loopback (``--host`` takes another
+address, e.g. ``0.0.0.0`` in a pod) and serves
 
 * ``POST|GET /work`` - one unit of work, answered ``{"ok": true, ...}``;
 * ``GET /healthz`` - ``ok``; ``GET /stats`` - its configuration, expected capacity, counters, and
-  ``measured_capacity_qps``: the rate it served while requests queued for it (see :class:`Slots`).
+  ``measured_capacity_qps``: the rate it served while requests queued for it (see :class:`Slots`),
+  and ``cpu_seconds`` / ``rss_bytes`` of its process tree, so that a load tester that cannot see
+  its processes (the server in a pod, the tester in another) still reads its CPU and memory.
 
 Two modes stand for the two kinds of service:
 
@@ -33,6 +36,10 @@ Two modes stand for the two kinds of service:
     instances adds processes and memory, not throughput. That is exactly the case the ``machine``
     strategy is for.
 
+    With ``--backend URL`` the backend is another sample server (io mode, ``--io-cpu-ms 0``) that
+    every instance calls over HTTP instead of slots of its own: the store that several pods of one
+    service share. The capacity is then the backend's, whatever the number of pods.
+
 Requests beyond ``max_queue`` waiting ones are refused with 503, as a real server sheds load. The
 server stops by itself after ``max_seconds``; SIGTERM and SIGINT stop it cleanly.
 """
@@ -49,7 +56,11 @@ import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+
+from loadtest.http import HttpClient, HttpError
+from loadtest.messages import Request
 
 MODES = ("cpu", "io")
 CLOCKS = ("wall", "cpu")
@@ -71,6 +82,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 0
     max_seconds: float = 600.0
+    backend: str = ""  # io: the shared backend's URL (another sample server); "" = slots of its own
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -87,30 +99,58 @@ class ServerConfig:
             raise ValueError("concurrency and max-queue must be at least 1")
         if not 0 < self.max_seconds <= 24 * 3600:
             raise ValueError("max-seconds must be positive and at most a day")
-        if not is_loopback(self.host):
-            raise ValueError(f"the sample server listens on loopback only, not {self.host!r}")
+        if not is_address(self.host):
+            raise ValueError(f"host must be an IP address (or localhost), not {self.host!r}")
+        if self.backend and (self.mode != "io" or not self.backend.startswith("http://")):
+            raise ValueError(f"backend must be an http:// URL, in io mode only, not {self.backend!r}")
 
-    def expected_capacity(self) -> float:
-        """Requests per second at the knee, from the configuration alone."""
+    def expected_capacity(self) -> float | None:
+        """Requests per second at the knee, from the configuration alone (None: the backend's)."""
         if self.mode == "cpu":
             return self.instances / (self.service_ms / 1000.0)
+        cpu = self.instances / (self.io_cpu_ms / 1000.0) if self.io_cpu_ms > 0 else None
+        if self.backend:
+            return cpu
         backend = self.concurrency / (self.latency_ms / 1000.0)
-        if self.io_cpu_ms > 0:
-            return min(backend, self.instances / (self.io_cpu_ms / 1000.0))
-        return backend
+        return backend if cpu is None else min(backend, cpu)
 
 
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 3)
 
 
-def is_loopback(host: str) -> bool:
+def is_address(host: str) -> bool:
+    """An address to listen on: ``localhost`` or an IP literal (``0.0.0.0`` for every one)."""
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ipaddress.ip_address(host)
     except ValueError:
         return False
+    return True
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def tree_usage(pids: list[int]) -> tuple[float, int]:
+    """CPU seconds and resident bytes of ``pids``, read from ``/proc`` (0 where it cannot be read).
+
+    The standard library alone (the server runs without the load tester's dependencies): the
+    front's and its instances' user + system time, and their resident memory.
+    """
+    cpu, rss = 0.0, 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        cpu += (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+        rss += pages * _PAGE
+    return cpu, rss
 
 
 def burn(seconds: float, clock: str) -> float:
@@ -256,6 +296,9 @@ class SampleServer:
         self._slots = Slots(config.instances)
         self._return_lag = 0.0  # seconds from an instance's deadline to the front seeing it done
         self._writers: set[asyncio.StreamWriter] = set()
+        self._client = HttpClient(config.backend) if config.backend else None
+        self._backend_request = Request(method="GET", path="")
+        self.backend_errors = 0
         self.port = 0
 
     async def start(self) -> asyncio.Server:
@@ -278,11 +321,17 @@ class SampleServer:
             pool = self._pool
             self._pool = None
             await asyncio.to_thread(pool.shutdown, True, cancel_futures=True)
+        if self._client is not None:
+            await self._client.aclose()
 
     def stats(self) -> dict[str, Any]:
+        cpu, rss = tree_usage([os.getpid(), *self.instance_pids])
         return {
             "config": asdict(self.config),
-            "expected_capacity_qps": round(self.config.expected_capacity(), 3),
+            "expected_capacity_qps": _round(self.config.expected_capacity()),
+            "cpu_seconds": round(cpu, 3),
+            "rss_bytes": rss,
+            "backend_errors": self.backend_errors,
             "pid": os.getpid(),
             "instance_pids": self.instance_pids,
             "served": self.served,
@@ -327,10 +376,19 @@ class SampleServer:
                 cpu = 0.0
                 if cfg.io_cpu_ms > 0:
                     cpu = await loop.run_in_executor(self._pool, burn, cfg.io_cpu_ms / 1000.0, "cpu")
-                async with self._backend:
-                    t_hold = loop.time()
-                    await asyncio.sleep(max(0.0, cfg.latency_ms / 1000.0 - TIMER_EARLY))
-                    self._backend.note_hold(loop.time() - t_hold)
+                if self._client is not None:
+                    try:
+                        answer = await self._client.send(self._backend_request)
+                    except HttpError:
+                        answer = None
+                    if answer is None or answer.status != 200:
+                        self.backend_errors += 1
+                        return 503, {"ok": False, "error": "backend"}
+                else:
+                    async with self._backend:
+                        t_hold = loop.time()
+                        await asyncio.sleep(max(0.0, cfg.latency_ms / 1000.0 - TIMER_EARLY))
+                        self._backend.note_hold(loop.time() - t_hold)
         finally:
             self.waiting -= 1
         self.served += 1
@@ -398,10 +456,11 @@ async def serve(config: ServerConfig, *, announce: bool = True) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if announce:
+        expected = config.expected_capacity()
         print(
             f"listening on http://{config.host}:{app.port}/work pid {os.getpid()} "
             f"mode {config.mode} instances {config.instances} "
-            f"expected capacity {config.expected_capacity():.1f}/s",
+            + (f"backend {config.backend}" if config.backend else f"expected capacity {expected or 0:.1f}/s"),
             flush=True,
         )
     try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from loadtest.arrivals import Shard
 from loadtest.messages import Task
-from loadtest.probe import ProcessProbe
+from loadtest.probe import ServerProbe
 from loadtest.progress import Progress
 from loadtest.record import timeline_rows
 from loadtest.report import build_result
@@ -36,7 +36,7 @@ class Session:
     task_args: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
     instances: int | None = None
-    probe: ProcessProbe | None = None
+    probe: ServerProbe | None = None
     shard: Shard = field(default_factory=Shard)
     start_at: float | None = None  # wall clock (epoch seconds) of the first step, for shards
     loop: str = "auto"
@@ -79,6 +79,7 @@ class Session:
             duration_s=end - self._t0,
             instances=self.instances,
             server_pids=self.probe.pids if self.probe is not None else (),
+            server_stats=getattr(self.probe, "urls", ()),
             extra_notes=notes,
             shard=self.shard,
             start_at=self.start_at,

@@ -15,8 +15,10 @@ for vegeta work as they are::
 A target is a method and a URL, then header lines, then optionally ``@FILE`` for the body (relative
 to the targets file); blank lines separate targets. Request ``i`` of a run is target
 ``i mod n``, so every shard and every sender process takes the same targets in the same order
-(``--task targets --task-arg file=...``, or ``--targets FILE``). URLs must be on the run's host and
-port (the connections are to one origin); their paths and queries are used as they are.
+(``--task targets --task-arg file=...``, or ``--targets FILE``). URLs on the run's host and port
+share its connections; a URL on another host or port gets connections of its own, so a file that
+lists every instance of a service spreads the load over them round-robin, as a load balancer
+would. Paths and queries are used as they are.
 """
 
 from __future__ import annotations

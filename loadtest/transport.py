@@ -46,22 +46,49 @@ class HttpTransport:
     The client opens a connection whenever every open one is busy, so a worker never waits for a
     connection: a wait there would be the client's queue, not the server's, and would make the
     server look slower than it is. The number of connections is bounded by the worker count.
+
+    A request whose path is a whole URL on another host or port goes to that origin over
+    connections of its own: a targets file that lists each instance of a service (pods with no
+    load balancer in front) spreads the load over them, request ``i`` to target ``i mod n``.
     """
 
     def __init__(self, url: str, *, headers: Mapping[str, str] | None = None) -> None:
         self.target = url
+        self._headers = headers
         self._client = HttpClient(url, default_headers=headers)
+        self._origins: dict[tuple[str, str], HttpClient] = {self._origin(url): self._client}
+        self._by_url: dict[str, HttpClient] = {}
+
+    @staticmethod
+    def _origin(url: str) -> tuple[str, str]:
+        parts = urlsplit(url)
+        return parts.scheme, parts.netloc.lower()
+
+    def _client_for(self, request: Request) -> HttpClient:
+        path = request.path
+        if not path.startswith(("http://", "https://")):
+            return self._client
+        client = self._by_url.get(path)
+        if client is None:
+            origin = self._origin(path)
+            client = self._origins.get(origin)
+            if client is None:
+                client = HttpClient(f"{origin[0]}://{origin[1]}/", default_headers=self._headers)
+                self._origins[origin] = client
+            self._by_url[path] = client
+        return client
 
     async def send(self, request: Request) -> Response:
         try:
-            return await self._client.send(request)
+            return await self._client_for(request).send(request)
         except HttpError as exc:
             raise TransportError(exc.kind, str(exc)) from None
-        except ValueError as exc:  # a task's path on another host, a malformed header
+        except ValueError as exc:  # a malformed URL or header
             raise TransportError("network", str(exc)) from None
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in self._origins.values():
+            await client.aclose()
 
 
 class GrpcTransport:

@@ -141,6 +141,26 @@ def test_a_fixed_request_is_the_same_for_every_pod_and_lands_in_the_deployment()
     assert dict(result.pod_cpu) == {"n0": 3 * 3500}
 
 
+def test_the_templates_command_and_environment_land_in_the_deployment() -> None:
+    run = {
+        "command": ["python3", "-m", "loadtest"],
+        "args": ["sample-server", "--host", "0.0.0.0"],
+        "env": [{"name": "MODE", "value": "cpu"}],
+        "ports": [{"containerPort": 8080}],
+        "resources": {"limits": {"cpu": "100m"}},
+        "securityContext": {"privileged": True},  # not one of the keys a Deployment takes over
+    }
+    ops = [op("security_pass", "single", None) | {"flamewaker": {"containerAttributes": run}}]
+    spec = parse_plan(plan_doc({"security_pass": {"P4": 2}}, resources=P4_ONLY, operators=ops, deploy=True))
+    (deployment,) = render_desired(spec, plan(spec, snapshot(node_list([("n0", "P4", 8)])))).deployments
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert {k: container[k] for k in ("command", "args", "env", "ports")} == {
+        k: run[k] for k in ("command", "args", "env", "ports")
+    }
+    assert "securityContext" not in container
+    assert container["resources"]["limits"] == {"cpu": "100m", "nvidia.com/gpu": 1}
+
+
 @pytest.mark.parametrize(
     ("policy", "amount", "warned"),
     [

@@ -31,7 +31,7 @@ class RealNodes:
     image: str  # the workload image every node's containerd holds
 
 
-def _read_env(path: Path) -> dict[str, str]:
+def read_env(path: Path) -> dict[str, str]:
     out = {}
     for line in path.read_text().splitlines():
         key, sep, value = line.partition("=")
@@ -47,7 +47,7 @@ def real_nodes(api: Api) -> RealNodes:
             f"no real-kubelet nodes ({ENV_FILE} is missing): start them with make cluster-up KUBELETS=2",
             pytrace=False,
         )
-    env = _read_env(ENV_FILE)
+    env = read_env(ENV_FILE)
     nodes = RealNodes(
         names=tuple(env["KUBELET_NODES"].split()),
         gpus=int(env["KUBELET_GPUS"]),

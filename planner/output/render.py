@@ -391,17 +391,29 @@ def _configmaps(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict[
     return out
 
 
+# Keys of a template's containerAttributes that a generated Deployment's container carries besides
+# its resources: what it runs and how it is reached and checked.
+CONTAINER_KEYS = ("command", "args", "env", "ports", "readinessProbe", "workingDir")
+
+
 def _deployments(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict[str, Any]]:
     out = []
     for fw in flamewakers:
         entry = fw.entry
         pod = entry.get("podAttributes", {})
-        limits = copy.deepcopy(entry.get("containerAttributes", {}).get("resources", {}))
+        attributes = entry.get("containerAttributes", {})
+        container: dict[str, Any] = {
+            "name": "flamewaker",
+            "image": entry.get("image", spec.image),
+            "resources": copy.deepcopy(attributes.get("resources", {})),
+        }
+        # what the template says the container runs (the Ragnaros chart's own container keys)
+        for key in CONTAINER_KEYS:
+            if key in attributes:
+                container[key] = copy.deepcopy(attributes[key])
         selector = {PLAN_LABEL: fit(spec.name, 63), FLAMEWAKER_LABEL: entry["name"]}
         pod_spec: dict[str, Any] = {
-            "containers": [
-                {"name": "flamewaker", "image": entry.get("image", spec.image), "resources": limits}
-            ],
+            "containers": [container],
             "nodeSelector": pod.get("nodeSelector", {}),
         }
         for key in ("priorityClassName", "tolerations", "resourceClaims", "schedulingGates"):

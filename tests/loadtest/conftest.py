@@ -18,14 +18,16 @@ from typing import Any
 import httpx
 import pytest
 
-LISTENING = re.compile(r"listening on (?P<url>\S+) pid (?P<pid>\d+) .* expected capacity (?P<cap>[\d.]+)/s")
+LISTENING = re.compile(
+    r"listening on (?P<url>\S+) pid (?P<pid>\d+) .* (?:expected capacity (?P<cap>[\d.]+)/s|backend \S+)"
+)
 
 
 @dataclass(frozen=True)
 class RunningServer:
     url: str
     pid: int
-    expected_capacity: float
+    expected_capacity: float  # 0 with a backend: then the backend's
     args: tuple[str, ...]
 
     def stats(self) -> dict[str, Any]:
@@ -60,7 +62,7 @@ def start_sample_server(*args: str, max_seconds: float = 120.0) -> Iterator[Runn
             proc.kill()
             _, err = proc.communicate(timeout=10)
             raise RuntimeError(f"sample server did not start: {line!r} {err[-2000:]}")
-        yield RunningServer(m["url"], int(m["pid"]), float(m["cap"]), tuple(args))
+        yield RunningServer(m["url"], int(m["pid"]), float(m["cap"] or 0), tuple(args))
     finally:
         if proc.poll() is None:
             proc.terminate()

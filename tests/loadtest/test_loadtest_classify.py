@@ -179,6 +179,21 @@ def test_the_samples_at_one_two_and_four_instances(
     assert [p["instances"] for p in c.evidence["points"]] == [1, 2, 4]
 
 
+def test_busy_is_measured_against_each_pods_cpu_limit() -> None:
+    """Pods of a tenth of a core: a compute-bound one burns 0.095 each at the knee - busy for its
+    limit, though far below a quarter of a core - and an IO-bound one 0.02, idle for any."""
+    cpu = [Measurement(n, 45.0 * n, 0.095 * n, cpu_limit_cores=0.1 * n) for n in (1, 2, 4)]
+    io = [Measurement(n, 40.0, 0.02 * n, cpu_limit_cores=0.1 * n) for n in (1, 2, 4)]
+    c = classify(cpu)
+    assert (c.key_strategy, c.confidence, c.evidence["cpu_busy_at_knee"]) == ("service", "high", True)
+    assert [p["busy_cores_per_instance"] for p in c.evidence["points"]] == [0.08, 0.08, 0.08]
+    # without the limit the same numbers look idle: scaling alone decides, at low confidence
+    unlimited = classify([Measurement(m.instances, m.capacity_qps, m.cpu_cores) for m in cpu])
+    assert (unlimited.key_strategy, unlimited.confidence) == ("service", "low")
+    i = classify(io)
+    assert (i.key_strategy, i.bound, i.confidence) == ("machine", "io", "high"), i.reasons
+
+
 def test_a_measurement_says_what_it_had_before_the_command_line() -> None:
     own = [replace(m, available_cores=16.0) for m in SMALL_HOST]
     c = classify(own, available_cores=2)

@@ -87,7 +87,9 @@ def test_compare_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
             ["run", "grpc://127.0.0.1:9/NoMethod"], "pkg.Service/Method", id="a gRPC URL without a method"
         ),
         pytest.param(
-            ["sample-server", "--host", "0.0.0.0"], "loopback only", id="the sample server stays on loopback"
+            ["sample-server", "--host", "example.com"],
+            "IP address",
+            id="the sample server listens on an address",
         ),
         pytest.param(
             ["run", "http://127.0.0.1:9/x", "--shard", "0/2"],
@@ -285,3 +287,18 @@ def test_python_dash_m_loadtest() -> None:
     )
     assert done.returncode == 0
     assert "usage: python -m loadtest" in done.stdout and "sample-server" in done.stdout
+
+
+def test_the_load_tester_starts_without_the_planner_and_yaml() -> None:
+    """A load tester in a pod carries the senders' dependencies only (the real-kubelet workload
+    image): ``run`` and ``sample-server`` must start without the planner and PyYAML, which only
+    ``compare`` reads plans with."""
+    code = (
+        "import sys\n"
+        "sys.modules.update({'planner': None, 'yaml': None, 'matplotlib': None, 'grpc': None})\n"
+        "from loadtest.cli import main\n"
+        "sys.exit(main(['sample-server', '--help']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "--backend" in proc.stdout

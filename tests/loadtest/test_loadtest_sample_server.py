@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtest.probe import ProcessProbe, is_local_host, pids_listening_on
+from loadtest.probe import ProcessProbe, StatsProbe, is_local_host, pids_listening_on
 from loadtest.sample_server import ServerConfig, Slots, burn, hold
 
 pytestmark = pytest.mark.timeout(30)
@@ -48,7 +48,8 @@ def test_expected_capacity(kwargs: dict[str, Any], capacity: float) -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        pytest.param({"host": "0.0.0.0"}, id="refuses to listen beyond loopback"),
+        pytest.param({"mode": "cpu", "backend": "http://127.0.0.1:1/work"}, id="a backend in cpu mode"),
+        pytest.param({"mode": "io", "backend": "127.0.0.1:1"}, id="a backend that is no URL"),
         pytest.param({"host": "example.com"}, id="refuses a name"),
         pytest.param({"mode": "gpu"}, id="unknown mode"),
         pytest.param({"instances": 0}, id="no instances"),
@@ -103,6 +104,39 @@ def test_endpoints_and_keep_alive(sample_server: Any) -> None:
         assert stats["served"] == 3
         assert stats["expected_capacity_qps"] == pytest.approx(400)
         assert stats["pid"] == srv.pid and len(stats["instance_pids"]) == 1
+
+
+def test_instances_share_a_backend_and_report_their_cpu(sample_server: Any) -> None:
+    """Two fronts with ``--backend`` (two pods of one IO-bound service) are bounded together by
+    the one backend they call: it serves what they both served, at most its own capacity. And each
+    reports the CPU and memory of its processes, which a load tester elsewhere reads."""
+    with (
+        sample_server("--mode", "io", "--concurrency", "2", "--latency-ms", "20", "--io-cpu-ms", "0") as be,
+        sample_server("--mode", "io", "--io-cpu-ms", "1", "--backend", be.url) as a,
+        sample_server("--mode", "io", "--io-cpu-ms", "1", "--backend", be.url) as b,
+    ):
+        assert be.expected_capacity == pytest.approx(100) and a.expected_capacity == 0
+
+        async def load(url: str, n: int) -> list[int]:
+            async with httpx.AsyncClient(timeout=10.0) as client:
+                answers = await asyncio.gather(*[client.get(url) for _ in range(n)])
+            return [r.status_code for r in answers]
+
+        async def both() -> list[int]:
+            x, y = await asyncio.gather(load(a.url, 20), load(b.url, 20))
+            return x + y
+
+        started = time.monotonic()
+        codes = asyncio.run(both())
+        took = time.monotonic() - started
+        fronts, backend = [a.stats(), b.stats()], be.stats()
+    assert codes == [200] * 40
+    # 40 requests through 2 backend slots of 20 ms: at least 0.4 s, whatever the two fronts do
+    assert took >= 0.38, took
+    assert backend["served"] == sum(f["served"] for f in fronts) == 40
+    assert all(f["backend_errors"] == 0 for f in fronts)
+    for f in fronts:
+        assert f["cpu_seconds"] > 0 and f["rss_bytes"] > 1 << 20, f
 
 
 @pytest.mark.parametrize(
@@ -169,6 +203,27 @@ def test_probe_follows_the_process_tree(sample_server: Any) -> None:
     assert burned >= 0.3  # three requests of 100 ms of CPU each
     assert after.cpu_seconds - before.cpu_seconds >= burned - resolution, (before, after, burned)
     assert after.rss_bytes > 10 * 2**20
+
+
+def test_stats_probe_reads_what_the_instances_report(sample_server: Any) -> None:
+    """``--server-stats``: two instances that the load tester cannot see as processes (pods) are
+    probed through their ``/stats``; the sum covers the CPU both burned, as the tree probe does."""
+    args = ("--mode", "cpu", "--instances", "1", "--service-ms", "100", "--clock", "cpu")
+    with sample_server(*args) as a, sample_server(*args) as b:
+        urls = [str(httpx.URL(s.url).join("/stats")) for s in (a, b)]
+        probe = StatsProbe(urls)
+        probe.check()
+        before = probe.read()
+        with httpx.Client(timeout=5.0) as client:
+            burned = sum(client.get(s.url).json()["cpu_ms"] for s in (a, b, a)) / 1000.0
+        after = probe.read()
+        assert probe.pids == [] and after.processes == 2
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    assert burned >= 0.3
+    assert after.cpu_seconds - before.cpu_seconds >= burned - 4 * tick * 2, (before, after, burned)
+    assert after.rss_bytes > 2 * 10 * 2**20
+    with pytest.raises(ValueError, match="/nothing"):
+        StatsProbe([urls[0].replace("/stats", "/nothing")]).check()
 
 
 def test_probe_counts_children_that_come_and_go() -> None:

@@ -98,3 +98,38 @@ def test_a_run_sends_every_target_and_the_headers(
     assert stats["served"] == 24 == sent * 2 // 3  # /work twice per round, /healthz once
     assert doc["steps"][0]["statuses"] == {"200": doc["steps"][0]["completed"]}
     assert doc["headers"] == {"X-Run": "test"} and doc["task"] == "targets"
+
+
+def test_targets_on_several_origins_share_the_load_round_robin(
+    sample_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Instances with no load balancer in front (pods): a targets file that lists each one's URL
+    sends request ``i`` to instance ``i mod n``, each over connections of its own."""
+    args = ("--mode", "io", "--latency-ms", "5", "--concurrency", "4")
+    with sample_server(*args) as a, sample_server(*args) as b:
+        targets = tmp_path / "targets.txt"
+        targets.write_text(f"GET {a.url}\n\nGET {b.url}\n")
+        rc = main(
+            [
+                b.url,
+                "--targets",
+                str(targets),
+                "--rate",
+                "30",
+                "--warmup",
+                "0.2",
+                "--window",
+                "1",
+                "--processes",
+                "1",
+                "--quiet",
+                "--json",
+                "-",
+            ]
+        )
+        served = [a.stats()["served"], b.stats()["served"]]
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    doc = json.loads(captured.out)
+    assert doc["steps"][0]["errors"] == 0
+    assert served == [18, 18], served  # 30/s over 1.2 s: requests 0..35, alternately
