@@ -163,7 +163,7 @@ def urgent_spec(nodes: int) -> dict[str, Any]:
         "operators": [
             {"name": n, "keyStrategy": "single", "services": {"key": n.replace("urg", "urg-")}} for n in names
         ],
-        "requests": {n: {TYPE: 8} for n in names},
+        "requests": {n: {"resourceNum": {TYPE: 8}, "machineNum": {TYPE: 1}} for n in names},
         "deploy": True,
     }
 
