@@ -313,7 +313,10 @@ def decide(
         releases.extend(Release(p, GangCode.RELEASED, waited(p)) for p in group)
     short.extend(group_short)
 
-    stuck = bool(group_short) and max((waited(p) for p in group), default=0.0) > timeout
+    # stuck: cards are short on a planned node (not pods of its own still being created) for
+    # longer than the timeout
+    short_of_cards = any(s.node for s in group_short) and not missing
+    stuck = short_of_cards and max((waited(p) for p in group), default=0.0) > timeout
     if overdue:
         code = GangCode.TIMED_OUT
     elif short:

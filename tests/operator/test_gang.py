@@ -268,3 +268,12 @@ def test_a_group_waiting_longer_than_the_timeout_is_stuck_and_says_it_is_re_plan
     assert "re-planning around it" in late.message
     (free,) = run(nodes, [gated("x", 8, "a", created_ago=TIMEOUT + 5)])
     assert free.code is GangCode.RELEASED and not free.stuck
+
+
+def test_a_group_still_waiting_for_its_own_pods_is_not_stuck() -> None:
+    """At 1,000 nodes a plan's Deployments take minutes to write: its first pods wait longer than
+    the timeout for the last ones to exist. That is no reason to re-plan."""
+    index = NodeIndex([node("a"), node("b")])
+    pods = [read_pod(gated("x", 4, "a", created_ago=TIMEOUT + 60), index)]
+    (early,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
+    assert early.code is GangCode.WAITING and not early.stuck
