@@ -164,13 +164,32 @@ def read_plan_configmaps(
     return found
 
 
-def _with_wanted(found: dict[str, JSON], wanted: list[dict[str, Any]], read: Any) -> dict[str, JSON]:
-    """Objects of the names the plan wants that someone else may hold without the plan's labels."""
-    for obj in wanted:
-        name = obj["metadata"]["name"]
-        if name not in found and (other := read(name)) is not None:
+FEW_MISSING = 8  # more wanted names than this not found by label: one list, not a read each
+
+
+def _with_wanted(
+    found: dict[str, JSON], wanted: list[dict[str, Any]], read: Any, read_all: Any = None
+) -> dict[str, JSON]:
+    """Objects of the names the plan wants that someone else may hold without the plan's labels.
+
+    A few are read by name; many (a new plan of thousands of Deployments) are looked up in one
+    listing of the namespace (``read_all``): one read by name each took 265 s for a 2,480-pod
+    plan on a loaded 1,000-node control plane."""
+    missing = [obj["metadata"]["name"] for obj in wanted if obj["metadata"]["name"] not in found]
+    if read_all is not None and len(missing) > FEW_MISSING:
+        everyone: dict[str, JSON] = read_all()
+        found.update({name: everyone[name] for name in missing if name in everyone})
+        return found
+    for name in missing:
+        if (other := read(name)) is not None:
             found[name] = other
     return found
+
+
+def list_deployments(kube: KubeApi, namespace: str) -> list[JSON]:
+    """Every Deployment of the namespace (the operator may list them; it reads them to find
+    names a plan wants that another owner holds)."""
+    return _items(kube.get(path_for("apps/v1", "deployments", namespace=namespace)), "apps/v1", "Deployment")
 
 
 def read_for_apply(kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[JSON]) -> Observed:
@@ -182,6 +201,7 @@ def read_for_apply(kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[
             _by_name(list_plan_deployments(kube, ns, plan.name)),
             desired.deployments,
             lambda n: read_deployment(kube, ns, n),
+            lambda: _by_name(list_deployments(kube, ns)),
         ),
         configmaps=read_plan_configmaps(
             kube, ns, plan.name, [c["metadata"]["name"] for c in desired.configmaps]
