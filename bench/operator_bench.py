@@ -136,6 +136,12 @@ def floor(api: Api, deployments: list[dict[str, Any]], pods: int, poll: float) -
 
     wait_for("the floor's pods Running", running, 900, poll)
     took = time.monotonic() - start
+    clear_floor(api)
+    return took
+
+
+def clear_floor(api: Api) -> None:
+    """Remove what a floor run created, and wait until its pods are gone."""
     api.kube.request(
         "DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments", query={"labelSelector": f"app={FLOOR}"}
     )
@@ -146,7 +152,6 @@ def floor(api: Api, deployments: list[dict[str, Any]], pods: int, poll: float) -
         body={"gracePeriodSeconds": 0},
     )
     wait_for("the floor's pods gone", lambda: not api.pods(NS, f"app={FLOOR}"), 300, 0.5)
-    return took
 
 
 URGENT = "urgent"  # the higher-priority plan that arrives while the first one runs
@@ -216,16 +221,7 @@ def hand_over_floor(
 
     wait_for("the hand-over floor's pods Running", settled, 900, poll)
     took = time.monotonic() - start
-    api.kube.request(
-        "DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments", query={"labelSelector": f"app={FLOOR}"}
-    )
-    api.kube.request(
-        "DELETE",
-        f"/api/v1/namespaces/{NS}/pods",
-        query={"labelSelector": f"app={FLOOR}"},
-        body={"gracePeriodSeconds": 0},
-    )
-    wait_for("the hand-over floor's pods gone", lambda: not api.pods(NS, f"app={FLOOR}"), 300, 0.5)
+    clear_floor(api)
     return took
 
 
