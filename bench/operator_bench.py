@@ -130,11 +130,7 @@ def floor(api: Api, deployments: list[dict[str, Any]], pods: int, poll: float) -
     with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
         list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), deployments))
 
-    def running() -> bool:
-        found = api.pods(NS, f"app={FLOOR}")
-        return sum(1 for p in found if p["status"].get("phase") == "Running") == pods == len(found)
-
-    wait_for("the floor's pods Running", running, 900, poll)
+    wait_for("the floor's pods Running", running_floor(api, pods), 900, poll)
     took = time.monotonic() - start
     clear_floor(api)
     return took
@@ -173,7 +169,9 @@ def urgent_spec(nodes: int) -> dict[str, Any]:
     }
 
 
-def running_floor(api: Api, pods: int, poll: float) -> Callable[[], bool]:
+def running_floor(api: Api, pods: int) -> Callable[[], bool]:
+    """A probe: exactly ``pods`` floor pods, every one Running."""
+
     def running() -> bool:
         found = api.pods(NS, f"app={FLOOR}")
         return sum(1 for p in found if p["status"].get("phase") == "Running") == pods == len(found)
@@ -189,9 +187,7 @@ def hand_over_floor(
     operator's parallelism), until every pod of ``after`` runs."""
     with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
         list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), before))
-    wait_for(
-        "the hand-over floor's first pods Running", running_floor(api, replicas(before), poll), 900, poll
-    )
+    wait_for("the hand-over floor's first pods Running", running_floor(api, replicas(before)), 900, poll)
     was = {d["metadata"]["name"]: d for d in before}
     now = {d["metadata"]["name"]: d for d in after}
     start = time.monotonic()
@@ -247,6 +243,23 @@ def clear_leftovers(api: Api) -> None:
     wait_for("leftover pods gone", lambda: not api.pods(NS), 300, 0.5)
 
 
+def create_and_wait_applied(api: Api, name: str, spec: dict[str, Any]) -> None:
+    """Create the plan and wait until its status says Applied."""
+    manifest = {
+        "apiVersion": API,
+        "kind": "GpuAllocationPlan",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
+    api.create(API, "gpuallocationplans", manifest, NS)
+    wait_for(
+        f"{name} Applied",
+        lambda: (api.plan(NS, name) or {}).get("status", {}).get("phase") == "Applied",
+        600,
+        0.1,
+    )
+
+
 def moved_instances(before: dict[str, Any], after: dict[str, Any]) -> int:
     """Instances of the first plan no longer where they were (its share of the hand-over)."""
     was = {(a["operator"], n): k for a in before["allocations"] for n, k in a["nodes"].items()}
@@ -273,20 +286,8 @@ def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> dict[str, 
     result: dict[str, Any] = {"nodes": nodes}
     poll = pod_poll(nodes)
     try:
-        manifest = {
-            "apiVersion": "gpuplan.ragnaros.io/v1alpha1",
-            "kind": "GpuAllocationPlan",
-            "metadata": {"name": PLAN, "namespace": NS},
-            "spec": plan_spec(nodes),
-        }
         start = time.monotonic()
-        api.create(API, "gpuallocationplans", manifest, NS)
-        wait_for(
-            "Applied",
-            lambda: (api.plan(NS, PLAN) or {}).get("status", {}).get("phase") == "Applied",
-            600,
-            0.1,
-        )
+        create_and_wait_applied(api, PLAN, plan_spec(nodes))
         result["written"] = time.monotonic() - start
         status = api.status(NS, PLAN)
         pods = sum(a["instances"] for a in status["allocations"])
@@ -325,20 +326,8 @@ def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> dict[str, 
         first = api.status(NS, PLAN)
         bare_before = bare_deployments(api, key)
         urgent_key = label_key(NS, URGENT)
-        manifest = {
-            "apiVersion": "gpuplan.ragnaros.io/v1alpha1",
-            "kind": "GpuAllocationPlan",
-            "metadata": {"name": URGENT, "namespace": NS},
-            "spec": urgent_spec(nodes),
-        }
         start = time.monotonic()
-        api.create(API, "gpuallocationplans", manifest, NS)
-        wait_for(
-            "the urgent plan Applied",
-            lambda: (api.plan(NS, URGENT) or {}).get("status", {}).get("phase") == "Applied",
-            600,
-            0.1,
-        )
+        create_and_wait_applied(api, URGENT, urgent_spec(nodes))
         urgent = api.status(NS, URGENT)
         after = api.status(NS, PLAN)
         urgent_pods = sum(a["instances"] for a in urgent["allocations"])
