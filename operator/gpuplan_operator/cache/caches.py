@@ -103,7 +103,7 @@ class ClusterCache:
             Informer(api, paths[s.kind], s, told, resync, silence)
             for s in (self.nodes, self.pods, self.slices, self.claims, self.topologies, self.plans)
         ]
-        topologies = self.informers[4]
+        topologies = next(i for i in self.informers if i.store is self.topologies)
 
         def crd_changed(store: Store, matters: bool) -> None:
             topologies.wake()  # installed (or established) after the operator started
