@@ -192,13 +192,17 @@ def list_deployments(kube: KubeApi, namespace: str) -> list[JSON]:
     return _items(kube.get(path_for("apps/v1", "deployments", namespace=namespace)), "apps/v1", "Deployment")
 
 
-def read_for_apply(kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[JSON]) -> Observed:
-    """What the plan's apply compares against; ``nodes`` is the list the plan was made from."""
+def read_for_apply(
+    kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[JSON], deployments: list[JSON] | None = None
+) -> Observed:
+    """What the plan's apply compares against; ``nodes`` is the list the plan was made from,
+    ``deployments`` the plan's Deployments when a watched cache has them (else they are listed)."""
     ns = plan.namespace
+    mine = deployments if deployments is not None else list_plan_deployments(kube, ns, plan.name)
     return Observed(
         nodes=nodes,
         deployments=_with_wanted(
-            _by_name(list_plan_deployments(kube, ns, plan.name)),
+            _by_name(mine),
             desired.deployments,
             lambda n: read_deployment(kube, ns, n),
             lambda: _by_name(list_deployments(kube, ns)),

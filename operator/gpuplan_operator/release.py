@@ -5,9 +5,10 @@ Notes
 The scheduling cycle calls :meth:`GateKeeper.decide_and_release` once per cycle, after the plans'
 writes and before readiness, with the same snapshot it planned from: the nodes, and every pod its
 pods cache holds (bound ones, Terminating ones, gated ones and released ones not bound yet). It
-reads nothing else from the API server but, for a plan whose pods are gated, how many pods its
-Deployments want. The caller writes conditions and Events and re-plans the plans whose release
-timed out; the last decision per plan is kept here for the ``Ready`` condition's message.
+reads nothing else (how many pods a plan's Deployments want comes from the Deployments'
+cache, or one listing per plan with gated pods where there is none). The caller writes
+conditions and Events and re-plans the plans whose release timed out; the last decision per
+plan is kept here for the ``Ready`` condition's message.
 
 Pods are found cluster-wide, not through the plans' labels: pods Ragnaros creates from a plan's
 ``values.yaml`` carry the gate and select the plan's node label key, but no label of the plan
@@ -81,6 +82,8 @@ class GateKeeper:
         self.decisions: dict[str, GangDecision] = {}  # namespace/name -> the last decision
         self._replanned: dict[str, float] = {}  # namespace/name -> when a timeout last asked for it
         self.due_in: float | None = None  # seconds until a released pod's time is up, if one waits
+        # the plans' Deployments from a watched cache (None: not cached, list them)
+        self.deployments_source: Callable[[str, str], list[dict[str, Any]] | None] | None = None
 
     def waiting(self, namespace: str, name: str) -> str | None:
         """Why the plan's gated pods wait, if the last round said so."""
@@ -147,7 +150,9 @@ class GateKeeper:
         out: dict[str, int] = {}
         for group in sorted(g for g in groups if not is_plan_label_key(g)):
             namespace, name = group.split("/", 1)
-            deployments = cluster.list_plan_deployments(self.kube, namespace, name)
+            cached = self.deployments_source(namespace, name) if self.deployments_source else None
+            if (deployments := cached) is None:
+                deployments = cluster.list_plan_deployments(self.kube, namespace, name)
             out[group] = sum(int((d.get("spec") or {}).get("replicas", 1)) for d in deployments)
         return out
 
