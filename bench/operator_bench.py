@@ -51,7 +51,7 @@ OUT = ROOT / "bench" / "out"
 
 
 class DefaultOperator(OperatorProcess):
-    ARGS = ("--plan-seconds", "30")  # the operator's own defaults otherwise (debounce 2 s, ...)
+    ARGS = ("--plan-seconds", "30")  # the operator's own defaults otherwise (debounce 1 s, ...)
 
 
 def plan_spec(nodes: int) -> dict[str, Any]:

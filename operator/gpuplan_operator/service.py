@@ -90,7 +90,7 @@ class Options:
 
     plan_seconds: float = 30.0  # time budget of one planning run
     polish_seconds: float = 1.0  # extra solver time to keep instances where they were
-    debounce: float = 2.0  # quiet seconds after a node change before re-planning
+    debounce: float = 1.0  # quiet seconds after a node change before re-planning (a scheduler's period)
     max_delay: float = 10.0  # re-plan at the latest this long after the first change of a burst
     resync: float = 60.0  # Infeasible/Error plans re-plan this often; Ready is re-checked too
     ready_poll: float = 2.0  # while pods are pending, check readiness this often
