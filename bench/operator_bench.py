@@ -8,8 +8,8 @@ nodes), for each size: create N fake GPU nodes, start the operator, create one p
 - **running**: every pod the plan owns is Running on the node the plan chose;
 - **cordon**: the busiest node is cordoned; time until the plan's applied placement leaves it,
   and until the displaced pods run elsewhere.
-- **urgent**: a second plan of priority 100 arrives (one 8-card instance per ten nodes; the
-  first plan spreads its instances, so it must hand nodes over): time until every pod of both
+- **urgent**: a second plan of priority 100 arrives (one 8-card instance per four nodes; the
+  first plan spreads its instances over four nodes of five, so it must hand nodes over): time until every pod of both
   plans runs on its planned node. Its floor is the same hand-over done directly: the first plan's
   Deployments running, then the ones that leave deleted and the new ones created at once.
 
@@ -154,9 +154,10 @@ URGENT = "urgent"  # the higher-priority plan that arrives while the first one r
 
 
 def urgent_spec(nodes: int) -> dict[str, Any]:
-    """Priority 100: one whole node's cards for every tenth node, each one 8-card instance. The
-    first plan (priority 0) spreads its instances, so few nodes are whole: it must hand over."""
-    count = max(2, nodes // 10)
+    """Priority 100: one whole node's cards for every fourth node, each one 8-card instance. The
+    first plan (priority 0) spreads its instances over four nodes of five, so a fifth of the nodes
+    are whole: it must hand over about one node in twenty (its instances there move)."""
+    count = max(2, nodes // 4)
     names = [f"urg{i:04d}" for i in range(count)]
     return {
         "priority": 100,

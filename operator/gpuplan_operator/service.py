@@ -149,7 +149,7 @@ class PlanService:
         # object written (the caches again, so the next plan of the same cycle plans around it
         # and the next apply compares with what was just written)
         self.pods_source: Callable[[PlanBody], list[dict[str, Any]]] | None = None
-        self.deployments_source: Callable[[str, str], list[dict[str, Any]] | None] | None = None
+        self.deployments_source: Callable[[str], list[dict[str, Any]] | None] | None = None
         self.on_status: Callable[[Mapping[str, Any]], None] | None = None
         self.on_written: Landed | None = None
 
@@ -369,8 +369,8 @@ class PlanService:
                                 Reason.INVALID, warn=True)  # fmt: skip
         started = time.perf_counter()
         try:
-            cached = self.deployments_source(plan.namespace, plan.name) if self.deployments_source else None
-            observed = cluster.read_for_apply(self.kube, plan, desired, nodes, cached)
+            managed = self.deployments_source(plan.namespace) if self.deployments_source else None
+            observed = cluster.read_for_apply(self.kube, plan, desired, nodes, managed)
             writes = apply_writes(plan, desired, observed, in_use)
         except OwnershipConflict as e:
             self.metrics.apply_failed(e.kind)

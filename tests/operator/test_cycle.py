@@ -231,10 +231,12 @@ class CountingKube(FakeKube):
     def __init__(self) -> None:
         super().__init__()
         self.deployment_lists = 0
+        self.selectors: list[str] = []
 
     def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         if method == "GET" and path.rstrip("/").endswith("/deployments"):
             self.deployment_lists += 1
+            self.selectors.append(str((kw.get("query") or {}).get("labelSelector")))
         return super().request(method, path, **kw)
 
 
@@ -289,3 +291,32 @@ def test_namespaces_given_as_globs_are_served_as_kopf_watches_them() -> None:
     assert cycle.serves(body("p")) is False  # namespace "ns"
     inside = PlanBody.from_object({**plan("p"), "metadata": {**plan("p")["metadata"], "namespace": "team-a"}})
     assert cycle.serves(inside)
+
+
+def test_a_new_plan_finds_names_held_by_others_in_the_cache_and_one_listing_of_the_rest() -> None:
+    """A new plan of many Deployments: the operator's own (other plans') come from the cache, and
+    only Deployments of other owners are listed; one of them holding a wanted name is still
+    found and not taken over."""
+    deps = "apis/apps/v1/namespaces/ns/deployments"
+    probe = cluster(*[node(f"p4-{i}") for i in range(12)])
+    probe.put(PLANS_NS, plan("d", deploy=True, gang="none", **spec(12)))
+    cycle_on(probe)[0].run()
+    names = sorted(d["metadata"]["name"] for d in probe.items(deps))
+    assert len(names) > 8
+
+    kube = CountingKube()
+    for i in range(12):
+        kube.put(NODES, node(f"p4-{i}"))
+    kube.put(PLANS_NS, plan("d", deploy=True, gang="none", **spec(12)))
+    theirs = {"uid": "x", "kind": "GpuAllocationPlan", "name": "x", "controller": True}
+    kube.put(deps, {"metadata": {"name": names[3], "namespace": "ns", "ownerReferences": [theirs]}})
+    managed = {"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": "other"}
+    for i in range(20):
+        kube.put(deps, {"metadata": {"name": f"other-{i}", "namespace": "ns", "labels": managed}})
+    cycle, _ = cycle_on(kube)
+    listed_before = len(kube.selectors)
+    cycle.run()
+    assert phase(kube, "d") == "Error" and "belongs to GpuAllocationPlan/x" in str(
+        status_of(kube, "d")["message"]
+    )
+    assert kube.selectors[listed_before:] == ["app.kubernetes.io/managed-by!=gpuplan"]

@@ -76,6 +76,11 @@ def _plan(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def of_plan(deployments: Iterable[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    want = plan_labels(name).items()
+    return [d for d in deployments if want <= ((d.get("metadata") or {}).get("labels") or {}).items()]
+
+
 def _node_fp(node: Mapping[str, Any]) -> Any:
     return node_fingerprint(node, grace=float("inf"))  # health is the cycle's business, at its time
 
@@ -183,19 +188,19 @@ class ClusterCache:
         elif obj is not None:
             store.assume(obj)
 
-    def plan_deployments(self, namespace: str, name: str) -> list[dict[str, Any]] | None:
-        """The plan's Deployments, as :func:`~gpuplan_operator.cluster.list_plan_deployments`
-        lists them; None when its namespace is not watched (the caller lists them)."""
+    def namespace_deployments(self, namespace: str) -> list[dict[str, Any]] | None:
+        """The operator's Deployments in ``namespace`` (every plan's); None when the namespace is
+        not watched (the caller lists them)."""
         store = self._deployments_of(namespace)
         if store is None or not store.synced:
             return None
-        want = plan_labels(name).items()
-        return [
-            d
-            for d in store.items()
-            if key_of(d).startswith(f"{namespace}/")
-            and want <= ((d.get("metadata") or {}).get("labels") or {}).items()
-        ]
+        return [d for d in store.items() if key_of(d).startswith(f"{namespace}/")]
+
+    def plan_deployments(self, namespace: str, name: str) -> list[dict[str, Any]] | None:
+        """The plan's Deployments, as :func:`~gpuplan_operator.cluster.list_plan_deployments`
+        lists them; None when its namespace is not watched."""
+        found = self.namespace_deployments(namespace)
+        return None if found is None else of_plan(found, name)
 
     def plan(self, namespace: str, name: str) -> PlanBody | None:
         obj = self.plans.get(f"{namespace}/{name}")

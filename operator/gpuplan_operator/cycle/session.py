@@ -102,7 +102,8 @@ class Cycle:
         self.memory: dict[str, _Memory] = {}
         self.replan: set[str] = set()  # uids the gang release asked to re-plan (timed out)
         service.pods_source = lambda plan: cache.plan_pods(plan.labels)
-        service.deployments_source = service.gates.deployments_source = cache.plan_deployments
+        service.deployments_source = cache.namespace_deployments
+        service.gates.deployments_source = cache.plan_deployments
         service.on_status = cache.assume_plan
         service.on_written = cache.assume_written
 
