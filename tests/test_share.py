@@ -185,3 +185,29 @@ def test_a_newcomer_takes_free_devices_rather_than_moving_a_plan_off_its_devices
         got = {s.name: _devices_of(a.result) for s, a in zip(order, answers, strict=True)}
         assert got["alpha"] == [("n0", d) for d in ran]
         assert got["beta"] == [("n0", "gpu-2"), ("n0", "gpu-3")]
+
+
+def test_a_newcomer_needing_whole_nodes_takes_the_ones_held_least_and_moves_only_what_it_must() -> None:
+    """Three 2-card instances on three of five nodes; a higher-priority plan needs three whole
+    nodes. Two are free, so one instance must move, and only one: the newcomer takes the free
+    nodes and one of the three, never the first three nodes by name with everything moved."""
+    snap = snapshot(node_list([(f"p4-{i:03d}", "P4", 8) for i in range(5)]))
+
+    def single(names: list[str]) -> list[dict[str, Any]]:
+        return [{"name": n, "keyStrategy": "single", "services": {"key": n}} for n in names]
+
+    whole = {"resourceNum": {"P4": 8}, "machineNum": {"P4": 1}}
+    two = {"resourceNum": {"P4": 2}, "machineNum": {"P4": 1}}
+    old = named("old", {n: two for n in "abc"}, operators=single(list("abc")))
+    urgent = named(
+        "urgent", {u: whole for u in ("u0", "u1", "u2")}, operators=single(["u0", "u1", "u2"]), priority=10
+    )
+    held = {(n, "P4"): Placement(2, {f"p4-00{i}": 1}) for i, n in enumerate("abc")}
+    o, u = plan_together([old, urgent], snap, [held, None])
+    assert o.admitted and u.admitted
+    taken = {node for a in u.result.allocations for node, _ in a.nodes}
+    assert {"p4-003", "p4-004"} <= taken
+    stayed = sum(
+        1 for a in o.result.allocations for node, _ in a.nodes if held[(a.operator, "P4")].nodes.get(node)
+    )
+    assert stayed == 2

@@ -7,10 +7,12 @@ best terms), so a greedy placement that succeeds is a *proof* of optimality and 
 It is only ever trusted in that direction: a greedy failure proves nothing (largest-first into
 the emptiest node rejects 3,3,2,2,2 on two 6-card nodes) and hands the type to the exact search.
 
-Up to three passes are tried, the first that places everything wins:
+Up to four passes are tried, the first that places everything wins:
 
 1. With a previous placement: every instance that can stay where it was is put back first, then
    the rest are placed. A re-plan after one node is cordoned moves only what that node held.
+   When that fails (new instances need room the kept ones fill), the new instances go first,
+   onto the nodes the previous placement held least of, and the others back around them.
 2. Placement quality: previous nodes preferred, machine requests concentrated on as few nodes as
    possible, single and special requests spread, service instances best-fit on distinct nodes.
 3. Plain best-fit decreasing, which packs more often.
@@ -240,6 +242,58 @@ def _keep_first(
     return kept
 
 
+def _make_room(
+    chosen: Sequence[tuple[Item, Split]], free: FreeUnits, previous: Previous
+) -> dict[int, NodeCounts] | None:
+    """When not everything fits around what stays: the new instances go first, onto the nodes
+    the previous placement holds least of, and the others after them, back where they were
+    wherever that is still free. A higher-priority plan that needs whole nodes takes the ones
+    other plans held least of, instead of the first ones by name with everything else moved."""
+    held: dict[str, int] = {}
+    new, old = [], []
+    for item, split in chosen:
+        units, nodes = previous.get(item.label, (0, {}))
+        if units == split.units and nodes:
+            old.append((item, split))
+            for node, count in nodes.items():
+                held[node] = held.get(node, 0) + count * units
+        else:
+            new.append((item, split))
+    if not new or not old:
+        return None  # nothing to make room for (or no one to make it from): the other passes
+    order = sorted(free.free, key=lambda n: (held.get(n, 0), -free.free[n], n))
+    placed: dict[int, NodeCounts] = {}
+    for item, split in _order(new):
+        got = _fill_in_order(item, split, free, order)
+        if got is None:
+            return None
+        placed[item.index] = got
+    rest = _place(old, free, previous, True)
+    if rest is None:
+        return None
+    return placed | rest
+
+
+def _fill_in_order(item: Item, split: Split, free: FreeUnits, order: Sequence[str]) -> NodeCounts | None:
+    """The split's instances on the nodes in ``order``, as many a node as it takes (one for a
+    request whose instances go to distinct nodes or spread); None with ``free`` unchanged."""
+    one = item.distinct or item.rule.spreads
+    out: NodeCounts = {}
+    left = split.instances
+    for node in order:
+        if not left:
+            break
+        n = min(left, 1 if one else free.free[node] // split.units)
+        if n > 0 and free.free[node] >= split.units:
+            out[node] = n
+            free.take(node, n * split.units)
+            left -= n
+    if left:
+        _undo(free, out, split.units)
+        return None
+    return out
+
+
 def _place_distinct_avoiding(split: Split, free: FreeUnits, taken: Mapping[str, int]) -> NodeCounts | None:
     out: NodeCounts = {}
     for node in free.ascending(split.units):
@@ -265,6 +319,7 @@ def greedy_place(
     passes: list[Callable[[FreeUnits], dict[int, NodeCounts] | None]] = []
     if before:
         passes.append(lambda free: _keep_first(chosen, free, before))
+        passes.append(lambda free: _make_room(chosen, free, before))
     passes.append(lambda free: _place(chosen, free, before, True))
     passes.append(lambda free: _place(chosen, free, before, False))
     for attempt in passes:
