@@ -138,27 +138,27 @@ def floor(api: Api, deployments: list[dict[str, Any]], pods: int, poll: float) -
     return took
 
 
-def clear_floor(api: Api) -> None:
-    """Remove what a floor run created, and wait until its pods are gone. Deleting 2,480
+def delete_all(api: Api, path: str, selector: str | None = None, body: dict[str, Any] | None = None) -> None:
+    """Delete a collection (``selector``: only those) and wait until it is empty. Deleting 2,480
     Deployments at once can outlast the client's timeout on a loaded control plane; the API
     server goes on deleting, so the request is sent again until nothing is left."""
+    query = {"labelSelector": selector} if selector else {}
 
-    def delete_all(path: str, body: dict[str, Any] | None = None) -> bool:
+    def gone() -> bool:
         try:
-            api.kube.request("DELETE", path, query={"labelSelector": f"app={FLOOR}"}, body=body)
+            api.kube.request("DELETE", path, query=query, body=body)
         except ApiException as e:
             if e.status != 0:  # not "no answer in time"
                 raise
-        return not api.kube.get(path, labelSelector=f"app={FLOOR}").get("items")
+        return not api.kube.get(path, **query).get("items")
 
-    wait_for(
-        "the floor's Deployments gone",
-        lambda: delete_all(f"/apis/apps/v1/namespaces/{NS}/deployments"),
-        600,
-        1,
-    )
-    pods = f"/api/v1/namespaces/{NS}/pods"
-    wait_for("the floor's pods gone", lambda: delete_all(pods, {"gracePeriodSeconds": 0}), 600, 1)
+    wait_for(f"{path} gone", gone, 600, 1)
+
+
+def clear_floor(api: Api) -> None:
+    """Remove what a floor run created, and wait until its pods are gone."""
+    delete_all(api, f"/apis/apps/v1/namespaces/{NS}/deployments", f"app={FLOOR}")
+    delete_all(api, f"/api/v1/namespaces/{NS}/pods", f"app={FLOOR}", {"gracePeriodSeconds": 0})
 
 
 URGENT = "urgent"  # the higher-priority plan that arrives while the first one runs
@@ -245,8 +245,8 @@ def clear_leftovers(api: Api) -> None:
             # no operator runs now to release the finalizer; the plan's own objects go below
             api.patch(API, "gpuallocationplans", plan, {"metadata": {"finalizers": None}}, NS)
             api.delete(API, "gpuallocationplans", plan, NS)
-    api.kube.request("DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments")
-    api.kube.request("DELETE", f"/api/v1/namespaces/{NS}/pods", body={"gracePeriodSeconds": 0})
+    delete_all(api, f"/apis/apps/v1/namespaces/{NS}/deployments")
+    delete_all(api, f"/api/v1/namespaces/{NS}/pods", body={"gracePeriodSeconds": 0})
     left = api.nodes(f"{TYPE_KEY}={TYPE}")
     for node in left:
         api.delete("v1", "nodes", node["metadata"]["name"])
