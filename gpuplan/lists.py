@@ -12,7 +12,9 @@ the text and the small items only. The result is the same document the generic r
 (:mod:`gpuplan.documents`) gives, minus fields nobody reads: the planner parses it and names
 fields and indices exactly as before.
 
-- JSON: msgspec (C) cuts the list into items and decodes each.
+- JSON: a node list is read by the Node's schema (:mod:`gpuplan.nodes_json`): msgspec decodes
+  only the planner's fields. Anything else (a pod list, a Node with a field that schema does not
+  know) is cut into items by msgspec (C), each decoded whole.
 - YAML: rapidyaml (C++) parses the items a few thousand at a time (the items of a ``kind: List``
   are the lines from one ``- `` at the left margin to the next) and writes them out as JSON for
   msgspec. YAML 1.1 (PyYAML's reading, kept for compatibility) and JSON read a few plain
@@ -45,6 +47,7 @@ import msgspec
 import yaml
 
 from gpuplan.documents import DuplicateKey, UniqueKeyLoader, one, parse, read_bytes
+from gpuplan.nodes_json import Unexpected, read_nodes
 from planner import InvalidInput
 
 LARGE = 1 << 20  # bytes: below this the generic reader is as fast, and reads every field
@@ -332,6 +335,11 @@ def read_list(data: bytes, source: str, what: str, fields: Fields) -> Any:
     if len(data) >= LARGE:
         try:
             if data.lstrip()[:1] == b"{":
+                if fields is NODE_FIELDS:
+                    try:
+                        return read_nodes(data)
+                    except Unexpected:
+                        pass  # item by item, then
                 if any(e in data for e in _ESCAPED_COLON):
                     raise _Generic
                 return _from_json(data, fields)

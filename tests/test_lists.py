@@ -324,3 +324,70 @@ def test_values_of_another_shape_are_kept_whole_as_prune_keeps_them(item: Any) -
     for fields in (NODE_FIELDS, POD_FIELDS):
         data = write({"kind": "List", "items": [fine, item, fine]}, "json")
         assert read_list(data, "f", "nodes", fields) == expected(data, fields)
+
+
+# --- JSON node lists read by the Node's schema (gpuplan.nodes_json) --------------------------------
+
+NODE_JSON = {
+    "kind": "Node",
+    "metadata": {"name": "a", "labels": {"gpu": "P4"}, "annotations": {"x": "1"}},
+    "spec": {"unschedulable": True},
+    "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready"}]},
+}
+
+
+def node_list_json(replace: tuple[str, str] | None = None, **extra: Any) -> bytes:
+    text = json.dumps({"kind": "List", "items": [NODE_JSON, NODE_JSON | extra]}, indent=2)
+    return (text.replace(*replace, 1) if replace else text).encode()
+
+
+@pytest.mark.parametrize(
+    ("replace", "message"),
+    [
+        pytest.param(
+            ('"gpu": "P4"', '"gpu": "P4",\n"gpu": "T4"'),
+            'line 10: mapping key "gpu" already defined at line 9',
+            id="a label",
+        ),
+        pytest.param(
+            ('"spec": {', '"spec": {},\n"spec": {'),
+            'line 16: mapping key "spec" already defined at line 15',
+            id="a record of the Node",
+        ),
+        pytest.param(
+            ('"name": "a",', '"name": "a",\n"name": "b",'),
+            'line 8: mapping key "name" already defined at line 7',
+            id="a field of a record",
+        ),
+        pytest.param(
+            ('"kind": "List"', '"kind": "List",\n"kind": "NodeList"'),
+            'line 3: mapping key "kind" already defined at line 2',
+            id="the list's own field",
+        ),
+    ],
+)
+def test_json_nodes_read_by_their_schema_still_refuse_a_key_given_twice(
+    replace: tuple[str, str], message: str
+) -> None:
+    """msgspec keeps the last of two values; the colons that no longer add up send the file to the
+    item reader, which names the key and both lines."""
+    with pytest.raises(InvalidInput) as e:
+        read_list(node_list_json(replace), "f", "nodes", NODE_FIELDS)
+    assert str(e.value) == f"nodes: f: {message}"
+
+
+def test_json_nodes_with_a_field_the_schema_does_not_know_read_the_same() -> None:
+    data = node_list_json(extraField={"a": 1, "b": [1, 2]})
+    assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
+    escaped = node_list_json(('"gpu": "P4"', '"gpu": "P4\\u003a"'))
+    assert read_list(escaped, "f", "nodes", NODE_FIELDS) == expected(escaped, NODE_FIELDS)
+
+
+def test_json_nodes_do_not_look_for_a_key_given_twice_where_the_planner_never_reads() -> None:
+    """Inside an annotation or a condition a key given twice changes no plan; looking for it would
+    mean decoding everything the schema skips. The generic reader (small files) still refuses it."""
+    data = node_list_json(('"x": "1"', '"x": "1", "x": "2"'))
+    fast = read_list(data, "f", "nodes", NODE_FIELDS)
+    assert fast["items"][0] == prune(NODE_JSON, NODE_FIELDS)
+    with pytest.raises(InvalidInput, match="already defined"):
+        load_text(data)

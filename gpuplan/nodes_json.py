@@ -1,0 +1,188 @@
+"""Read a large JSON node list by the Node's schema: only what the planner reads is decoded.
+
+Notes
+-----
+``kubectl get nodes -o json`` for 65,000 nodes is 370 MB, nine tenths of it annotations,
+conditions, addresses, nodeInfo and images. Decoding every item whole (to find a key given
+twice) costs seconds; here msgspec decodes the list into small typed records (:class:`_Node`)
+in one call, each field of a Node kept as its raw JSON text (a slice of the input, nothing
+decoded), and only the fields the planner reads (:data:`gpuplan.lists.NODE_FIELDS`) are then
+decoded, all of one kind at once.
+
+A key given twice is still refused, without decoding what the planner never reads:
+
+- in the records (the list, a Node, its metadata, spec and status), msgspec keeps the last of
+  two values of one field. Every colon of the file is the colon of a field of a record, or
+  inside the raw text of a field's value; so when the colons of the records' fields and of their
+  raw values do not add up to the file's, a key was given twice (or a field this reader does
+  not know was skipped): the file goes to :func:`gpuplan.lists.read_list`'s item reader, which
+  names the key and its lines;
+- in the values the planner reads (labels, allocatable, taints), the values written back (one
+  key each) hold fewer colons than their text exactly when a key was dropped.
+
+Inside the values the planner never reads (an annotation, an image), a key given twice is not
+looked for: it changes no plan, and finding it costs decoding them all.
+
+A Node with a field this reader does not know, a record that is not a mapping (``metadata:
+null``), or anything else unexpected goes to the item reader: slower, never different.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import Any
+
+import msgspec
+from msgspec import Raw, Struct
+from msgspec.structs import astuple
+
+
+class Unexpected(Exception):
+    """Not for this reader: the item reader reads it."""
+
+
+_ABSENT = Raw()  # a field not given (a given one is never empty text, even null is `null`)
+
+
+# Each record lists every field the API server writes (core/v1 Node, ObjectMeta, NodeSpec,
+# NodeStatus, a List), each as its raw text (or _ABSENT). The planner's fields are named
+# first: they are decoded, the rest is only counted.
+class _Meta(Struct, gc=False):
+    name: Raw = _ABSENT
+    labels: Raw = _ABSENT
+    annotations: Raw = _ABSENT
+    creationTimestamp: Raw = _ABSENT
+    deletionGracePeriodSeconds: Raw = _ABSENT
+    deletionTimestamp: Raw = _ABSENT
+    finalizers: Raw = _ABSENT
+    generateName: Raw = _ABSENT
+    generation: Raw = _ABSENT
+    managedFields: Raw = _ABSENT
+    namespace: Raw = _ABSENT
+    ownerReferences: Raw = _ABSENT
+    resourceVersion: Raw = _ABSENT
+    selfLink: Raw = _ABSENT
+    uid: Raw = _ABSENT
+
+
+class _Spec(Struct, gc=False):
+    taints: Raw = _ABSENT
+    unschedulable: Raw = _ABSENT
+    configSource: Raw = _ABSENT
+    externalID: Raw = _ABSENT
+    podCIDR: Raw = _ABSENT
+    podCIDRs: Raw = _ABSENT
+    providerID: Raw = _ABSENT
+
+
+class _Status(Struct, gc=False):
+    allocatable: Raw = _ABSENT
+    addresses: Raw = _ABSENT
+    capacity: Raw = _ABSENT
+    conditions: Raw = _ABSENT
+    config: Raw = _ABSENT
+    daemonEndpoints: Raw = _ABSENT
+    declaredFeatures: Raw = _ABSENT
+    features: Raw = _ABSENT
+    images: Raw = _ABSENT
+    nodeInfo: Raw = _ABSENT
+    phase: Raw = _ABSENT
+    runtimeHandlers: Raw = _ABSENT
+    volumesAttached: Raw = _ABSENT
+    volumesInUse: Raw = _ABSENT
+
+
+class _Node(Struct, gc=False):
+    kind: Raw = _ABSENT
+    metadata: _Meta | None = None
+    spec: _Spec | None = None
+    status: _Status | None = None
+    apiVersion: Raw = _ABSENT
+
+
+class _List(Struct, gc=False):
+    items: list[_Node] | None = None
+    apiVersion: Raw = _ABSENT
+    kind: Raw = _ABSENT
+    metadata: Raw = _ABSENT
+
+
+_LIST = msgspec.json.Decoder(_List)
+_DECODE = msgspec.json.Decoder()
+_ENCODE = msgspec.json.Encoder()
+_HEAD = ("apiVersion", "kind", "metadata")  # the list's own fields beside its items
+BATCH = 4096  # items whose raw text is joined at once to count its colons: a few MB
+
+
+def read_nodes(data: bytes) -> dict[str, Any]:
+    """The node list in ``data``, each item cut down to the planner's fields, as
+    :func:`gpuplan.lists.prune` cuts it; :class:`Unexpected` when this reader cannot say."""
+    try:
+        top = _LIST.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise Unexpected from None
+    nodes = top.items
+    if nodes is None:
+        raise Unexpected
+    # each record's fields, as raw text or _ABSENT
+    records = [astuple(n) for n in nodes]
+    metas = [astuple(m) if (m := r[1]) is not None else None for r in records]
+    specs = [astuple(s) if (s := r[2]) is not None else None for r in records]
+    statuses = [astuple(s) if (s := r[3]) is not None else None for r in records]
+    # every colon of the file: one per field given, and those inside the fields' raw text
+    head = tuple(getattr(top, k) for k in _HEAD)
+    colons = 1 + _colons([head]) + _colons([(r[0], r[4]) for r in records])  # 1: the items' own
+    for values in (metas, specs, statuses):
+        given = [v for v in values if v is not None]
+        colons += len(given) + _colons(given)
+    if colons != data.count(b":"):
+        raise Unexpected  # a key given twice, or a field this reader does not know
+    try:
+        rest = {k: _DECODE.decode(r) for k, r in zip(_HEAD, head, strict=True) if r}
+        kinds = _column([r[0] for r in records])
+        names, labels = _column([m and m[0] for m in metas]), _column([m and m[1] for m in metas])
+        taints, unschedulable = _column([s and s[0] for s in specs]), _column([s and s[1] for s in specs])
+        allocatable = _column([s and s[0] for s in statuses])
+    except msgspec.DecodeError:
+        raise Unexpected from None
+    items = []
+    for i, (m, sp, st) in enumerate(zip(metas, specs, statuses, strict=True)):
+        item = {} if kinds[i] is _ABSENT else {"kind": kinds[i]}
+        if m is not None:
+            item["metadata"] = _kept((("name", names[i]), ("labels", labels[i])))
+        if sp is not None:
+            item["spec"] = _kept((("taints", taints[i]), ("unschedulable", unschedulable[i])))
+        if st is not None:
+            item["status"] = _kept((("allocatable", allocatable[i]),))
+        items.append(item)
+    return rest | {"items": items}
+
+
+def _kept(pairs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    return {k: v for k, v in pairs if v is not _ABSENT}
+
+
+def _colons(rows: list[tuple[Raw, ...]]) -> int:
+    """The colons of the fields given in ``rows`` (records' values, raw text or _ABSENT): one
+    each, and those in their text; joined a batch at a time, not counted one call each."""
+    out = 0
+    for start in range(0, len(rows), BATCH):
+        given = list(filter(None, chain.from_iterable(rows[start : start + BATCH])))
+        out += len(given) + b"".join(given).count(b":")
+    return out
+
+
+def _column(raws: list[Any]) -> list[Any]:
+    """Each given raw value decoded (all in one call), _ABSENT where none is given; a key given
+    twice inside any of them: :class:`Unexpected`."""
+    given = [r for r in raws if r]
+    if not given:
+        return [_ABSENT] * len(raws)
+    text = b"[" + b",".join(given) + b"]"
+    if b"\\u003a" in text or b"\\u003A" in text:
+        raise Unexpected  # a colon written as an escape: the count below would not see it
+    values: list[Any] = _DECODE.decode(text)
+    if _ENCODE.encode(values).count(b":") != text.count(b":"):
+        raise Unexpected  # a key given twice: the item reader names it
+    it = iter(values)
+    return [next(it) if r else _ABSENT for r in raws]
