@@ -306,14 +306,28 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
                 text = bytes(ryml.emit_json_in_place(tree, out))
             except IndexError:  # JSON larger than thrice the YAML: let it size the buffer
                 text = ryml.emit_json(tree).encode("utf-8")
+        except (ryml.ExceptionParse, ryml.ExceptionBasic, UnicodeError):
+            raise _Generic from None
+        ends = [*group[1:], stop]
+        if fields is NODE_FIELDS:
+            try:  # as a JSON node list is read: the planner's fields only
+                nodes = read_nodes(b'{"items":' + text + b"}")["items"]
+            except Unexpected:
+                nodes = None  # item by item, then
+            if nodes is not None and len(nodes) == len(group):
+                for item, item_start, item_end in zip(nodes, group, ends, strict=True):
+                    if not _yaml_reads_the_same(item):  # a value PyYAML reads otherwise
+                        item = prune(_one_yaml_item(data, item_start, item_end, source, what), fields)
+                    items.append(item)
+                continue
+        try:
             raws = _RAW_ITEMS.decode(text)
             wholes = [_DECODE.decode(raw) for raw in raws]
-        except (ryml.ExceptionParse, ryml.ExceptionBasic, msgspec.DecodeError, UnicodeError):
+        except msgspec.DecodeError:
             raise _Generic from None
         if len(raws) != len(group):
             raise _Generic
         twice = sum(_ENCODE.encode(w).count(b":") for w in wholes) != text.count(b":")
-        ends = [*group[1:], stop]
         for raw, whole, item_start, item_end in zip(raws, wholes, group, ends, strict=True):
             item = prune(whole, fields)
             if (twice and _ENCODE.encode(whole).count(b":") != bytes(raw).count(b":")) or not (
