@@ -132,34 +132,40 @@ def read_nodes(data: bytes) -> dict[str, Any]:
     # every colon of the file: one per field given, and those inside the fields' raw text
     head = tuple(getattr(top, k) for k in _HEAD)
     colons = 1 + _colons([head]) + _colons([(r[0], r[4]) for r in records])  # 1: the items' own
-    for values in (metas, specs, statuses):
-        given = [v for v in values if v is not None]
+    for record in (metas, specs, statuses):
+        given = [v for v in record if v is not None]
         colons += len(given) + _colons(given)
     if colons != data.count(b":"):
         raise Unexpected  # a key given twice, or a field this reader does not know
     try:
         rest = {k: _DECODE.decode(r) for k, r in zip(_HEAD, head, strict=True) if r}
-        kinds = _column([r[0] for r in records])
-        names, labels = _column([m and m[0] for m in metas]), _column([m and m[1] for m in metas])
-        taints, unschedulable = _column([s and s[0] for s in specs]), _column([s and s[1] for s in specs])
-        allocatable = _column([s and s[0] for s in statuses])
+        columns = {
+            "kind": _column([r[0] for r in records]),
+            "metadata": _fill(metas, ("name", 0), ("labels", 1)),
+            "spec": _fill(specs, ("taints", 0), ("unschedulable", 1)),
+            "status": _fill(statuses, ("allocatable", 0)),
+        }
     except msgspec.DecodeError:
         raise Unexpected from None
-    items = []
-    for i, (m, sp, st) in enumerate(zip(metas, specs, statuses, strict=True)):
-        item = {} if kinds[i] is _ABSENT else {"kind": kinds[i]}
-        if m is not None:
-            item["metadata"] = _kept((("name", names[i]), ("labels", labels[i])))
-        if sp is not None:
-            item["spec"] = _kept((("taints", taints[i]), ("unschedulable", unschedulable[i])))
-        if st is not None:
-            item["status"] = _kept((("allocatable", allocatable[i]),))
-        items.append(item)
+    items: list[dict[str, Any]] = [{} for _ in records]
+    for key, column in columns.items():
+        for item, value in zip(items, column or (), strict=bool(column)):
+            if value is not _ABSENT:
+                item[key] = value
     return rest | {"items": items}
 
 
-def _kept(pairs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
-    return {k: v for k, v in pairs if v is not _ABSENT}
+def _fill(records: list[tuple[Any, ...] | None], *kept: tuple[str, int]) -> list[Any]:
+    """Each record cut down to the ``kept`` fields (name, place in the record), _ABSENT where
+    the record is not given; a field is filled in for all records at once, not record by record."""
+    out: list[Any] = [_ABSENT if r is None else {} for r in records]
+    for name, at in kept:
+        values = _column([r and r[at] for r in records])
+        if values is not None:
+            for record, value in zip(out, values, strict=True):
+                if value is not _ABSENT:
+                    record[name] = value
+    return out
 
 
 def _colons(rows: list[tuple[Raw, ...]]) -> int:
@@ -172,17 +178,19 @@ def _colons(rows: list[tuple[Raw, ...]]) -> int:
     return out
 
 
-def _column(raws: list[Any]) -> list[Any]:
-    """Each given raw value decoded (all in one call), _ABSENT where none is given; a key given
-    twice inside any of them: :class:`Unexpected`."""
+def _column(raws: list[Any]) -> list[Any] | None:
+    """Each given raw value decoded (all in one call), _ABSENT where none is given (None: none
+    is); a key given twice inside any of them: :class:`Unexpected`."""
     given = [r for r in raws if r]
     if not given:
-        return [_ABSENT] * len(raws)
+        return None
     text = b"[" + b",".join(given) + b"]"
     if b"\\u003a" in text or b"\\u003A" in text:
         raise Unexpected  # a colon written as an escape: the count below would not see it
     values: list[Any] = _DECODE.decode(text)
     if _ENCODE.encode(values).count(b":") != text.count(b":"):
         raise Unexpected  # a key given twice: the item reader names it
+    if len(given) == len(raws):
+        return values
     it = iter(values)
     return [next(it) if r else _ABSENT for r in raws]
