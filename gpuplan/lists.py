@@ -186,7 +186,16 @@ def _key_ok(key: str) -> bool:
     return False
 
 
+# first characters for which PyYAML tries an implicit type (bool, int, float, null, timestamp,
+# merge, value); a JSON literal starts with one of them too. Any other start is a string to both.
+_RESOLVED_FIRST = frozenset(UniqueKeyLoader.yaml_implicit_resolvers)
+_STRING_START = None not in _RESOLVED_FIRST and set("-0123456789tfn") <= _RESOLVED_FIRST
+
+
 def _value_ok(value: str) -> bool:
+    if _STRING_START and value and value[0] not in _RESOLVED_FIRST:  # a host name, once each
+        _OK_VALUES.add(value)
+        return True
     if _plain_is_str(value) or _json_literal(value):
         _OK_VALUES.add(value)
         return True
