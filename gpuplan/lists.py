@@ -16,17 +16,21 @@ fields and indices exactly as before.
   only the planner's fields. Anything else (a pod list, a Node with a field that schema does not
   know) is cut into items by msgspec (C), each decoded whole.
 - YAML: rapidyaml (C++) parses the items a few thousand at a time (the items of a ``kind: List``
-  are the lines from one ``- `` at the left margin to the next) and writes them out as JSON for
-  msgspec. YAML 1.1 (PyYAML's reading, kept for compatibility) and JSON read a few plain
-  scalars differently (``yes``, ``~``, ``0x10``, dates, ``1e3``): an item whose kept fields hold
-  a string that PyYAML would read as something else unquoted, or any float, is read again by
-  PyYAML, so every value is PyYAML's.
-- A mapping key given twice anywhere in an item is found without a second parser: the item
-  written back by msgspec (one key each) has fewer colons than its text exactly when a key was
-  dropped (escaped colons, ``\\u003a``, send the whole file to the generic reader). The item is
-  then read by the generic reader, whose error names both lines. (One corner is compared as
-  written, not as YAML 1.1 reads it: two plain keys that are the same number or boolean spelled
-  two ways, ``1`` and ``0x1``, in a field of a large YAML list the planner does not read.)
+  are the lines from one ``- `` at the left margin to the next) and writes them out as JSON, read
+  as a JSON node list is (other lists: each item decoded whole). YAML 1.1 (PyYAML's reading,
+  kept for compatibility) and JSON read a few plain scalars differently (``yes``, ``~``,
+  ``0x10``, dates, ``1e3``): an item whose kept fields hold a string that PyYAML would read as
+  something else unquoted, or any float, is read again by PyYAML, so every value is PyYAML's.
+- A mapping key given twice is found without a second parser: values written back by msgspec
+  (one key each) have fewer colons than their text exactly when a key was dropped (escaped
+  colons, ``\\u003a``, send the file to the generic reader). The item is then read by the generic
+  reader, whose error names both lines. A node list read by the schema is checked so in the
+  fields the planner reads and in the records that hold them (the list, a Node, its metadata,
+  spec and status), not inside the fields it never reads (an annotation, an image): a key given
+  twice there changes no plan, and finding it would mean decoding them all, which is what made
+  this reader slow. A pod list is checked everywhere. (One corner is compared as written, not
+  as YAML 1.1 reads it: two plain keys that are the same number or boolean spelled two ways,
+  ``1`` and ``0x1``.)
 - Anything this reader does not expect goes to the generic reader: slower, never different.
   Anchors, tags, tabs, several documents, a list not at the left margin, a file that is not
   valid JSON; and YAML the two parsers read differently (a plain scalar starting with ``@``,
