@@ -233,18 +233,38 @@ _ROLES = bytes(
 _RESERVED_PAIRS = (b"\x01\x02", b"\x01\x03", b"\x03\x02", b"\x03\x03")
 
 
+_BEFORE = tuple(bytes([b]) for b in range(256) if _ROLES[b] & 1)
+_NOT_START = tuple(bytes([b]) for b in range(256) if _ROLES[b] & 2)
+
+
 def _reserved_start(text: bytes) -> bool:
     """Whether such a start occurs in ``text``: the ``@`` of ``repo@sha256:...`` does not count;
     a quoted string that happens to hold ``a @b`` sends the file to the generic reader, slower
-    but the same."""
-    roles = text.replace(b"[]", b"..").replace(b"{}", b"..").translate(_ROLES)
-    return any(pair in roles for pair in _RESERVED_PAIRS)
+    but the same.
+
+    Without brackets or braces (kubectl's nodes), the two bytes are looked for as they are: only
+    the pairs of the bytes the text holds at all (each found by memchr), most of them rare."""
+    if b"[" in text or b"{" in text:
+        roles = text.replace(b"[]", b"..").replace(b"{}", b"..").translate(_ROLES)
+        return any(pair in roles for pair in _RESERVED_PAIRS)
+    before = [b for b in _BEFORE if b in text]
+    return any(a + b in text for b in _NOT_START if b in text for a in before)
+
+
+def _holds(data: bytes) -> Callable[[bytes], bool]:
+    """``needle in data``, its last byte looked for first (memchr): ``%`` and ``<`` are rare in a
+    node list, a search for ``\\n%`` or ``<<`` stops at every newline or ``<``."""
+
+    def holds(needle: bytes) -> bool:
+        return needle[-1:] in data and needle in data
+
+    return holds
 
 
 def _items_region(data: bytes) -> tuple[int, int, int]:
     """Where the items of a top-level ``items:`` block sequence at the left margin start and end."""
     found = _ITEMS.search(data)
-    if found is None or data.startswith((b"---", b"...", b"%")) or any(c in data for c in _NOT_PLAIN):
+    if found is None or data.startswith((b"---", b"...", b"%")) or any(map(_holds(data), _NOT_PLAIN)):
         raise _Generic  # anchors, aliases, tags, merges or documents: the generic reader
     start = found.end()
     if not data.startswith(b"-", start):

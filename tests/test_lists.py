@@ -393,3 +393,13 @@ def test_nodes_read_by_the_schema_do_not_look_for_a_key_given_twice_where_the_pl
         assert fast == expected(text.replace(b"      x: 2\n", b"").replace(b', "x": "2"', b""), NODE_FIELDS)
         with pytest.raises(InvalidInput, match="already defined"):
             load_text(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet=" \n\r\t,[]{}@`%:?a.é", max_size=24))
+def test_a_reserved_start_is_found_with_or_without_brackets_as_by_the_roles(text: str) -> None:
+    """The search on the bytes as they are (no bracket or brace in the text) finds what the
+    search on every byte's role finds."""
+    data = text.encode()
+    roles = data.replace(b"[]", b"..").replace(b"{}", b"..").translate(lists._ROLES)
+    assert lists._reserved_start(data) == any(pair in roles for pair in lists._RESERVED_PAIRS)
