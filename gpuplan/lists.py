@@ -51,7 +51,6 @@ import msgspec
 import yaml
 
 from gpuplan.documents import DuplicateKey, UniqueKeyLoader, one, parse, read_bytes
-from gpuplan.nodes_json import Unexpected, read_nodes
 from planner import InvalidInput
 
 LARGE = 1 << 20  # bytes: below this the generic reader is as fast, and reads every field
@@ -306,6 +305,8 @@ def _one_yaml_item(data: bytes, start: int, stop: int, source: str, what: str) -
 def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str, Any]:
     import ryml  # rapidyaml: only for large YAML lists
 
+    from gpuplan.nodes_json import Unexpected, read_nodes
+
     begin, start, end = _items_region(data)
     try:
         head = yaml.load(data[:begin] + b"items: []\n" + data[end:], Loader=UniqueKeyLoader)
@@ -383,6 +384,8 @@ def read_list(data: bytes, source: str, what: str, fields: Fields) -> Any:
         try:
             if data.lstrip()[:1] == b"{":
                 if fields is NODE_FIELDS:
+                    from gpuplan.nodes_json import Unexpected, read_nodes  # large lists only
+
                     try:
                         return read_nodes(data)
                     except Unexpected:
