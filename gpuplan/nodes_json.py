@@ -29,12 +29,10 @@ null``), or anything else unexpected goes to the item reader: slower, never diff
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Any
 
 import msgspec
 from msgspec import Raw, Struct
-from msgspec.structs import astuple
 
 
 class Unexpected(Exception):
@@ -47,7 +45,7 @@ _ABSENT = Raw()  # a field not given (a given one is never empty text, even null
 # Each record lists every field the API server writes (core/v1 Node, ObjectMeta, NodeSpec,
 # NodeStatus, a List), each as its raw text (or _ABSENT). The planner's fields are named
 # first: they are decoded, the rest is only counted.
-class _Meta(Struct, gc=False):
+class _Meta(Struct, gc=False, omit_defaults=True):
     name: Raw = _ABSENT
     labels: Raw = _ABSENT
     annotations: Raw = _ABSENT
@@ -65,7 +63,7 @@ class _Meta(Struct, gc=False):
     uid: Raw = _ABSENT
 
 
-class _Spec(Struct, gc=False):
+class _Spec(Struct, gc=False, omit_defaults=True):
     taints: Raw = _ABSENT
     unschedulable: Raw = _ABSENT
     configSource: Raw = _ABSENT
@@ -75,7 +73,7 @@ class _Spec(Struct, gc=False):
     providerID: Raw = _ABSENT
 
 
-class _Status(Struct, gc=False):
+class _Status(Struct, gc=False, omit_defaults=True):
     allocatable: Raw = _ABSENT
     addresses: Raw = _ABSENT
     capacity: Raw = _ABSENT
@@ -92,7 +90,7 @@ class _Status(Struct, gc=False):
     volumesInUse: Raw = _ABSENT
 
 
-class _Node(Struct, gc=False):
+class _Node(Struct, gc=False, omit_defaults=True):
     kind: Raw = _ABSENT
     metadata: _Meta | None = None
     spec: _Spec | None = None
@@ -100,7 +98,7 @@ class _Node(Struct, gc=False):
     apiVersion: Raw = _ABSENT
 
 
-class _List(Struct, gc=False):
+class _List(Struct, gc=False, omit_defaults=True):
     items: list[_Node] | None = None
     apiVersion: Raw = _ABSENT
     kind: Raw = _ABSENT
@@ -111,7 +109,7 @@ _LIST = msgspec.json.Decoder(_List)
 _DECODE = msgspec.json.Decoder()
 _ENCODE = msgspec.json.Encoder()
 _HEAD = ("apiVersion", "kind", "metadata")  # the list's own fields beside its items
-BATCH = 4096  # items whose raw text is joined at once to count its colons: a few MB
+BATCH = 4096  # items written back at once to count their colons: a few MB
 
 
 def read_nodes(data: bytes) -> dict[str, Any]:
@@ -124,30 +122,28 @@ def read_nodes(data: bytes) -> dict[str, Any]:
     nodes = top.items
     if nodes is None:
         raise Unexpected
-    # each record's fields, as raw text or _ABSENT
-    records = [astuple(n) for n in nodes]
-    metas = [astuple(m) if (m := r[1]) is not None else None for r in records]
-    specs = [astuple(s) if (s := r[2]) is not None else None for r in records]
-    statuses = [astuple(s) if (s := r[3]) is not None else None for r in records]
-    # every colon of the file: one per field given, and those inside the fields' raw text
+    # every colon of the file is one of a field given, or inside the raw text of its value: the
+    # records written back (fields not given left out, raw text as it was) hold them all
     head = tuple(getattr(top, k) for k in _HEAD)
-    colons = 1 + _colons([head]) + _colons([(r[0], r[4]) for r in records])  # 1: the items' own
-    for record in (metas, specs, statuses):
-        given = [v for v in record if v is not None]
-        colons += len(given) + _colons(given)
+    colons = 1 + len(list(filter(None, head))) + b"".join(head).count(b":")  # 1: the items' own
+    for start in range(0, len(nodes), BATCH):
+        colons += _ENCODE.encode(nodes[start : start + BATCH]).count(b":")
     if colons != data.count(b":"):
         raise Unexpected  # a key given twice, or a field this reader does not know
+    metas = [None if (m := n.metadata) is None else (m.name, m.labels) for n in nodes]
+    specs = [None if (s := n.spec) is None else (s.taints, s.unschedulable) for n in nodes]
+    statuses = [None if (st := n.status) is None else (st.allocatable,) for n in nodes]
     try:
         rest = {k: _DECODE.decode(r) for k, r in zip(_HEAD, head, strict=True) if r}
         columns = {
-            "kind": _column([r[0] for r in records]),
+            "kind": _column([n.kind for n in nodes]),
             "metadata": _fill(metas, ("name", 0), ("labels", 1)),
             "spec": _fill(specs, ("taints", 0), ("unschedulable", 1)),
             "status": _fill(statuses, ("allocatable", 0)),
         }
     except msgspec.DecodeError:
         raise Unexpected from None
-    items: list[dict[str, Any]] = [{} for _ in records]
+    items: list[dict[str, Any]] = [{} for _ in nodes]
     for key, column in columns.items():
         for item, value in zip(items, column or (), strict=bool(column)):
             if value is not _ABSENT:
@@ -165,16 +161,6 @@ def _fill(records: list[tuple[Any, ...] | None], *kept: tuple[str, int]) -> list
             for record, value in zip(out, values, strict=True):
                 if value is not _ABSENT:
                     record[name] = value
-    return out
-
-
-def _colons(rows: list[tuple[Raw, ...]]) -> int:
-    """The colons of the fields given in ``rows`` (records' values, raw text or _ABSENT): one
-    each, and those in their text; joined a batch at a time, not counted one call each."""
-    out = 0
-    for start in range(0, len(rows), BATCH):
-        given = list(filter(None, chain.from_iterable(rows[start : start + BATCH])))
-        out += len(given) + b"".join(given).count(b":")
     return out
 
 
