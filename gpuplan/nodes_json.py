@@ -13,10 +13,10 @@ A key given twice is still refused, without decoding what the planner never read
 
 - in the records (the list, a Node, its metadata, spec and status), msgspec keeps the last of
   two values of one field. Every colon of the file is the colon of a field of a record, or
-  inside the raw text of a field's value; so when the colons of the records' fields and of their
-  raw values do not add up to the file's, a key was given twice (or a field this reader does
-  not know was skipped): the file goes to :func:`gpuplan.lists.read_list`'s item reader, which
-  names the key and its lines;
+  inside the raw text of a field's value; the records written back by msgspec (the fields not
+  given left out, raw text as it was) hold them all, once each. When they hold fewer than the
+  file, a key was given twice (or a field this reader does not know was skipped): the file goes
+  to :func:`gpuplan.lists.read_list`'s item reader, which names the key and its lines;
 - in the values the planner reads (labels, allocatable, taints), the values written back (one
   key each) hold fewer colons than their text exactly when a key was dropped.
 
