@@ -12,19 +12,25 @@ the text and the small items only. The result is the same document the generic r
 (:mod:`gpuplan.documents`) gives, minus fields nobody reads: the planner parses it and names
 fields and indices exactly as before.
 
-- JSON: msgspec (C) cuts the list into items and decodes each.
+- JSON: a node list is read by the Node's schema (:mod:`gpuplan.nodes_json`): msgspec decodes
+  only the planner's fields. Anything else (a pod list, a Node with a field that schema does not
+  know) is cut into items by msgspec (C), each decoded whole.
 - YAML: rapidyaml (C++) parses the items a few thousand at a time (the items of a ``kind: List``
-  are the lines from one ``- `` at the left margin to the next) and writes them out as JSON for
-  msgspec. YAML 1.1 (PyYAML's reading, kept for compatibility) and JSON read a few plain
-  scalars differently (``yes``, ``~``, ``0x10``, dates, ``1e3``): an item whose kept fields hold
-  a string that PyYAML would read as something else unquoted, or any float, is read again by
-  PyYAML, so every value is PyYAML's.
-- A mapping key given twice anywhere in an item is found without a second parser: the item
-  written back by msgspec (one key each) has fewer colons than its text exactly when a key was
-  dropped (escaped colons, ``\\u003a``, send the whole file to the generic reader). The item is
-  then read by the generic reader, whose error names both lines. (One corner is compared as
-  written, not as YAML 1.1 reads it: two plain keys that are the same number or boolean spelled
-  two ways, ``1`` and ``0x1``, in a field of a large YAML list the planner does not read.)
+  are the lines from one ``- `` at the left margin to the next) and writes them out as JSON, read
+  as a JSON node list is (other lists: each item decoded whole). YAML 1.1 (PyYAML's reading,
+  kept for compatibility) and JSON read a few plain scalars differently (``yes``, ``~``,
+  ``0x10``, dates, ``1e3``): an item whose kept fields hold a string that PyYAML would read as
+  something else unquoted, or any float, is read again by PyYAML, so every value is PyYAML's.
+- A mapping key given twice is found without a second parser: values written back by msgspec
+  (one key each) have fewer colons than their text exactly when a key was dropped (escaped
+  colons, ``\\u003a``, send the file to the generic reader). The item is then read by the generic
+  reader, whose error names both lines. A node list read by the schema is checked so in the
+  fields the planner reads and in the records that hold them (the list, a Node, its metadata,
+  spec and status), not inside the fields it never reads (an annotation, an image): a key given
+  twice there changes no plan, and finding it would mean decoding them all, which is what made
+  this reader slow. A pod list is checked everywhere. (One corner is compared as written, not
+  as YAML 1.1 reads it: two plain keys that are the same number or boolean spelled two ways,
+  ``1`` and ``0x1``.)
 - Anything this reader does not expect goes to the generic reader: slower, never different.
   Anchors, tags, tabs, several documents, a list not at the left margin, a file that is not
   valid JSON; and YAML the two parsers read differently (a plain scalar starting with ``@``,
@@ -183,7 +189,16 @@ def _key_ok(key: str) -> bool:
     return False
 
 
+# first characters for which PyYAML tries an implicit type (bool, int, float, null, timestamp,
+# merge, value); a JSON literal starts with one of them too. Any other start is a string to both.
+_RESOLVED_FIRST = frozenset(UniqueKeyLoader.yaml_implicit_resolvers)
+_STRING_START = None not in _RESOLVED_FIRST and set("-0123456789tfn") <= _RESOLVED_FIRST
+
+
 def _value_ok(value: str) -> bool:
+    if _STRING_START and value and value[0] not in _RESOLVED_FIRST:  # a host name, once each
+        _OK_VALUES.add(value)
+        return True
     if _plain_is_str(value) or _json_literal(value):
         _OK_VALUES.add(value)
         return True
@@ -217,18 +232,38 @@ _ROLES = bytes(
 _RESERVED_PAIRS = (b"\x01\x02", b"\x01\x03", b"\x03\x02", b"\x03\x03")
 
 
+_BEFORE = tuple(bytes([b]) for b in range(256) if _ROLES[b] & 1)
+_NOT_START = tuple(bytes([b]) for b in range(256) if _ROLES[b] & 2)
+
+
 def _reserved_start(text: bytes) -> bool:
     """Whether such a start occurs in ``text``: the ``@`` of ``repo@sha256:...`` does not count;
     a quoted string that happens to hold ``a @b`` sends the file to the generic reader, slower
-    but the same."""
-    roles = text.replace(b"[]", b"..").replace(b"{}", b"..").translate(_ROLES)
-    return any(pair in roles for pair in _RESERVED_PAIRS)
+    but the same.
+
+    Without brackets or braces (kubectl's nodes), the two bytes are looked for as they are: only
+    the pairs of the bytes the text holds at all (each found by memchr), most of them rare."""
+    if b"[" in text or b"{" in text:
+        roles = text.replace(b"[]", b"..").replace(b"{}", b"..").translate(_ROLES)
+        return any(pair in roles for pair in _RESERVED_PAIRS)
+    before = [b for b in _BEFORE if b in text]
+    return any(a + b in text for b in _NOT_START if b in text for a in before)
+
+
+def _holds(data: bytes) -> Callable[[bytes], bool]:
+    """``needle in data``, its last byte looked for first (memchr): ``%`` and ``<`` are rare in a
+    node list, a search for ``\\n%`` or ``<<`` stops at every newline or ``<``."""
+
+    def holds(needle: bytes) -> bool:
+        return needle[-1:] in data and needle in data
+
+    return holds
 
 
 def _items_region(data: bytes) -> tuple[int, int, int]:
     """Where the items of a top-level ``items:`` block sequence at the left margin start and end."""
     found = _ITEMS.search(data)
-    if found is None or data.startswith((b"---", b"...", b"%")) or any(c in data for c in _NOT_PLAIN):
+    if found is None or data.startswith((b"---", b"...", b"%")) or any(map(_holds(data), _NOT_PLAIN)):
         raise _Generic  # anchors, aliases, tags, merges or documents: the generic reader
     start = found.end()
     if not data.startswith(b"-", start):
@@ -270,6 +305,8 @@ def _one_yaml_item(data: bytes, start: int, stop: int, source: str, what: str) -
 def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str, Any]:
     import ryml  # rapidyaml: only for large YAML lists
 
+    from gpuplan.nodes_json import Unexpected, read_nodes
+
     begin, start, end = _items_region(data)
     try:
         head = yaml.load(data[:begin] + b"items: []\n" + data[end:], Loader=UniqueKeyLoader)
@@ -303,14 +340,28 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
                 text = bytes(ryml.emit_json_in_place(tree, out))
             except IndexError:  # JSON larger than thrice the YAML: let it size the buffer
                 text = ryml.emit_json(tree).encode("utf-8")
+        except (ryml.ExceptionParse, ryml.ExceptionBasic, UnicodeError):
+            raise _Generic from None
+        ends = [*group[1:], stop]
+        if fields is NODE_FIELDS:
+            try:  # as a JSON node list is read: the planner's fields only
+                nodes = read_nodes(b'{"items":' + text + b"}")["items"]
+            except Unexpected:
+                nodes = None  # item by item, then
+            if nodes is not None and len(nodes) == len(group):
+                for item, item_start, item_end in zip(nodes, group, ends, strict=True):
+                    if not _yaml_reads_the_same(item):  # a value PyYAML reads otherwise
+                        item = prune(_one_yaml_item(data, item_start, item_end, source, what), fields)
+                    items.append(item)
+                continue
+        try:
             raws = _RAW_ITEMS.decode(text)
             wholes = [_DECODE.decode(raw) for raw in raws]
-        except (ryml.ExceptionParse, ryml.ExceptionBasic, msgspec.DecodeError, UnicodeError):
+        except msgspec.DecodeError:
             raise _Generic from None
         if len(raws) != len(group):
             raise _Generic
         twice = sum(_ENCODE.encode(w).count(b":") for w in wholes) != text.count(b":")
-        ends = [*group[1:], stop]
         for raw, whole, item_start, item_end in zip(raws, wholes, group, ends, strict=True):
             item = prune(whole, fields)
             if (twice and _ENCODE.encode(whole).count(b":") != bytes(raw).count(b":")) or not (
@@ -332,6 +383,13 @@ def read_list(data: bytes, source: str, what: str, fields: Fields) -> Any:
     if len(data) >= LARGE:
         try:
             if data.lstrip()[:1] == b"{":
+                if fields is NODE_FIELDS:
+                    from gpuplan.nodes_json import Unexpected, read_nodes  # large lists only
+
+                    try:
+                        return read_nodes(data)
+                    except Unexpected:
+                        pass  # item by item, then
                 if any(e in data for e in _ESCAPED_COLON):
                     raise _Generic
                 return _from_json(data, fields)

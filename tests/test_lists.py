@@ -197,7 +197,7 @@ kind: List
         pytest.param(
             NODES_YAML.replace("    name: b\n", "    name: b\n    images: {x: 1, x: 2}\n"),
             'nodes: f: line 8: mapping key "x" already defined at line 8',
-            id="in YAML, a key given twice in a field the planner never reads is refused too",
+            id="in YAML, a key given twice in a field the Node schema does not know is refused too",
         ),
         pytest.param(
             NODES_YAML.replace("kind: List\n", "kind: List\nkind: NodeList\n"),
@@ -324,3 +324,82 @@ def test_values_of_another_shape_are_kept_whole_as_prune_keeps_them(item: Any) -
     for fields in (NODE_FIELDS, POD_FIELDS):
         data = write({"kind": "List", "items": [fine, item, fine]}, "json")
         assert read_list(data, "f", "nodes", fields) == expected(data, fields)
+
+
+# --- JSON node lists read by the Node's schema (gpuplan.nodes_json) --------------------------------
+
+NODE_JSON = {
+    "kind": "Node",
+    "metadata": {"name": "a", "labels": {"gpu": "P4"}, "annotations": {"x": "1"}},
+    "spec": {"unschedulable": True},
+    "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready"}]},
+}
+
+
+def node_list_json(replace: tuple[str, str] | None = None, **extra: Any) -> bytes:
+    text = json.dumps({"kind": "List", "items": [NODE_JSON, NODE_JSON | extra]}, indent=2)
+    return (text.replace(*replace, 1) if replace else text).encode()
+
+
+@pytest.mark.parametrize(
+    ("replace", "message"),
+    [
+        pytest.param(
+            ('"gpu": "P4"', '"gpu": "P4",\n"gpu": "T4"'),
+            'line 10: mapping key "gpu" already defined at line 9',
+            id="a label",
+        ),
+        pytest.param(
+            ('"spec": {', '"spec": {},\n"spec": {'),
+            'line 16: mapping key "spec" already defined at line 15',
+            id="a record of the Node",
+        ),
+        pytest.param(
+            ('"name": "a",', '"name": "a",\n"name": "b",'),
+            'line 8: mapping key "name" already defined at line 7',
+            id="a field of a record",
+        ),
+        pytest.param(
+            ('"kind": "List"', '"kind": "List",\n"kind": "NodeList"'),
+            'line 3: mapping key "kind" already defined at line 2',
+            id="the list's own field",
+        ),
+    ],
+)
+def test_json_nodes_read_by_their_schema_still_refuse_a_key_given_twice(
+    replace: tuple[str, str], message: str
+) -> None:
+    """msgspec keeps the last of two values; the colons that no longer add up send the file to the
+    item reader, which names the key and both lines."""
+    with pytest.raises(InvalidInput) as e:
+        read_list(node_list_json(replace), "f", "nodes", NODE_FIELDS)
+    assert str(e.value) == f"nodes: f: {message}"
+
+
+def test_json_nodes_with_a_field_the_schema_does_not_know_read_the_same() -> None:
+    data = node_list_json(extraField={"a": 1, "b": [1, 2]})
+    assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
+    escaped = node_list_json(('"gpu": "P4"', '"gpu": "P4\\u003a"'))
+    assert read_list(escaped, "f", "nodes", NODE_FIELDS) == expected(escaped, NODE_FIELDS)
+
+
+def test_nodes_read_by_the_schema_do_not_look_for_a_key_given_twice_where_the_planner_never_reads() -> None:
+    """Inside an annotation or a condition a key given twice changes no plan; looking for it would
+    mean decoding everything the schema skips. The generic reader (small files) still refuses it."""
+    data = node_list_json(('"x": "1"', '"x": "1", "x": "2"'))
+    yaml_data = b"items:\n- kind: Node\n  metadata:\n    annotations:\n      x: 1\n      x: 2\n    name: a\nkind: List\n"
+    for text in (data, yaml_data):
+        fast = read_list(text, "f", "nodes", NODE_FIELDS)
+        assert fast == expected(text.replace(b"      x: 2\n", b"").replace(b', "x": "2"', b""), NODE_FIELDS)
+        with pytest.raises(InvalidInput, match="already defined"):
+            load_text(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet=" \n\r\t,[]{}@`%:?a.é", max_size=24))
+def test_a_reserved_start_is_found_with_or_without_brackets_as_by_the_roles(text: str) -> None:
+    """The search on the bytes as they are (no bracket or brace in the text) finds what the
+    search on every byte's role finds."""
+    data = text.encode()
+    roles = data.replace(b"[]", b"..").replace(b"{}", b"..").translate(lists._ROLES)
+    assert lists._reserved_start(data) == any(pair in roles for pair in lists._RESERVED_PAIRS)

@@ -38,7 +38,8 @@ def items(doc: Any, what: str, kind: str) -> list[Mapping[str, Any]]:
         return [doc]
     if doc.get("kind") not in ("List", f"{kind}List"):
         raise InvalidInput(f"{what}.kind", f"expected List or {kind}List, got {doc.get('kind')!r}")
+    # a mapping is checked by its type first: the field's name is spelled out on refusal only
     return [
-        mapping(i, f"{what}.items[{n}]")
+        i if type(i) is dict else mapping(i, f"{what}.items[{n}]")
         for n, i in enumerate(list_of(doc.get("items") or [], f"{what}.items"))
     ]

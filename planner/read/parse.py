@@ -380,16 +380,26 @@ def parse_nodes(doc: Any) -> list[Node]:
     out: list[Node] = []
     quantities: dict[tuple[str, str], int] = {}
     seen: dict[tuple[tuple[Any, Any], ...], tuple[tuple[str, int], ...]] = {}
+    empty: dict[str, Any] = {}
     for i, item in enumerate(items(doc, "nodes", "Node")):
         if item.get("kind", "Node") != "Node":
             continue
-        meta = _mapping(item.get("metadata") or {}, i, "metadata")
+        # a mapping is checked by its type first: the field's name is spelled out on refusal only
+        meta = item.get("metadata") or empty
+        if type(meta) is not dict:
+            meta = _mapping(meta, i, "metadata")
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             raise InvalidInput(f"nodes.items[{i}].metadata.name", "is required")
-        spec = _mapping(item.get("spec") or {}, i, "spec")
-        status = _mapping(item.get("status") or {}, i, "status")
-        alloc = _mapping(status.get("allocatable") or {}, i, "status.allocatable")
+        spec = item.get("spec") or empty
+        if type(spec) is not dict:
+            spec = _mapping(spec, i, "spec")
+        status = item.get("status") or empty
+        if type(status) is not dict:
+            status = _mapping(status, i, "status")
+        alloc = status.get("allocatable") or empty
+        if type(alloc) is not dict:
+            alloc = _mapping(alloc, i, "status.allocatable")
         raw_taints = spec.get("taints")
         taints = (
             tuple(Taint(str(t.get("key", "")), t.get("value"), str(t.get("effect", ""))) for t in raw_taints)
@@ -398,11 +408,12 @@ def parse_nodes(doc: Any) -> list[Node]:
         )
         out.append(
             Node(
-                name=name,
-                labels=_pairs(meta.get("labels") or {}),
-                allocatable=_allocatable(seen, quantities, alloc, i),
-                unschedulable=bool(spec.get("unschedulable", False)),
-                taints=taints,
+                name,
+                _pairs(meta.get("labels") or empty),
+                _allocatable(seen, quantities, alloc, i),
+                (),
+                bool(spec.get("unschedulable", False)),
+                taints,
             )
         )
     if not out:
@@ -419,8 +430,14 @@ def _mapping(value: Any, i: int, where: str) -> Mapping[str, Any]:
 
 def _pairs(labels: Mapping[Any, Any]) -> tuple[tuple[str, str], ...]:
     """A node's labels as sorted (key, value) strings (a number in YAML is read as its text)."""
-    if type(labels) is dict and set(map(type, labels)) <= {str} and set(map(type, labels.values())) <= {str}:
-        return tuple(sorted(labels.items()))
+    if type(labels) is dict:
+        try:  # joined, in C, only when every key and value is a string
+            "".join(labels)
+            "".join(labels.values())
+        except TypeError:
+            pass
+        else:
+            return tuple(sorted(labels.items()))
     return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
 
 
