@@ -244,18 +244,6 @@ def test_cpu_requests_count_as_the_scheduler_counts_them() -> None:
     assert "a needs 40000 millicores cpu, 32000 free" in decision.message
 
 
-def test_a_group_waits_until_every_pod_its_deployments_want_exists() -> None:
-    """ReplicaSets create pods over a few seconds: the first ones must not start without the rest."""
-    index = NodeIndex([node("a"), node("b")])
-    pods = [read_pod(gated("x", 4, "a"), index)]
-    (early,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
-    assert early.code is GangCode.WAITING and not early.releases
-    assert "1 more pod(s) of the plan not created yet" in early.message
-    pods.append(read_pod(gated("y", 4, "b"), index))
-    (complete,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
-    assert complete.code is GangCode.RELEASED and len(complete.releases) == 2
-
-
 def test_a_group_waiting_longer_than_the_timeout_is_stuck_and_says_it_is_re_planned() -> None:
     """Cards held by something the plan did not count (a pod bound by hand): the group waits, and
     once it has waited longer than the timeout the plan is re-planned around it."""
@@ -270,10 +258,89 @@ def test_a_group_waiting_longer_than_the_timeout_is_stuck_and_says_it_is_re_plan
     assert free.code is GangCode.RELEASED and not free.stuck
 
 
-def test_a_group_still_waiting_for_its_own_pods_is_not_stuck() -> None:
-    """At 1,000 nodes a plan's Deployments take minutes to write: its first pods wait longer than
-    the timeout for the last ones to exist. That is no reason to re-plan."""
-    index = NodeIndex([node("a"), node("b")])
-    pods = [read_pod(gated("x", 4, "a", created_ago=TIMEOUT + 60), index)]
-    (early,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
-    assert early.code is GangCode.WAITING and not early.stuck
+PLANNED = {"ns/p": {"a": {"nvidia.com/gpu": 4, "cpu": 1}, "b": {"nvidia.com/gpu": 8, "cpu": 1}}}
+
+
+def decide_planned(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    planned: dict[str, Any] = PLANNED,
+    started: tuple[str, ...] = (),
+) -> dict[str, GangDecision]:
+    index = NodeIndex(nodes)
+    seen = [read_pod(p, index) for p in pods]
+    return {d.plan: d for d in decide_all(seen, Ledger(index, seen), NOW, TIMEOUT, planned, started)}
+
+
+def test_a_pod_is_released_as_soon_as_it_exists_when_the_whole_plan_fits() -> None:
+    """The placement says a gets 4 cards and b 8; only a's pod exists yet. Both nodes have the
+    room for the whole plan, so a's pod goes now, while b's is still being created."""
+    nodes = [node("a"), node("b")]
+    first = decide_planned(nodes, [gated("x", 4, "a")])["ns/p"]
+    assert first.code is GangCode.RELEASED and [r.pod.name for r in first.releases] == ["x"]
+    later = decide_planned(
+        nodes, [pod("x", 4, planned="a", rs="x-rs", released_ago=1), gated("y", 8, "b", rs="y-rs")]
+    )["ns/p"]
+    assert later.code is GangCode.RELEASED and [r.pod.name for r in later.releases] == ["y"]
+
+
+def test_no_pod_is_released_while_a_node_lacks_the_cards_of_pods_not_created_yet() -> None:
+    """b's pod does not exist yet and b holds a foreign pod: a's pod must not start alone."""
+    nodes = [node("a"), node("b")]
+    (decision,) = decide_planned(
+        nodes, [gated("x", 4, "a"), pod("foreign", 2, plan=None, bound="b")]
+    ).values()
+    assert decision.code is GangCode.WAITING and not decision.releases
+    assert "b needs 8 nvidia.com/gpu, 6 free" in decision.message
+
+
+def test_the_cards_of_a_plan_s_pods_still_to_come_are_not_given_to_another_plan() -> None:
+    """p released a's pod and waits for b's to be created (nothing of it gated now); q's gated pod
+    on b would take the cards p's pod is due to take."""
+    nodes = [node("a"), node("b")]
+    pods = [
+        pod("x", 4, planned="a", bound="a", released_ago=2),
+        gated("q1", 4, "b", plan="q", created_ago=60),
+    ]
+    planned = {**PLANNED, "ns/q": {"b": {"nvidia.com/gpu": 4}}}
+    decisions = decide_planned(nodes, pods, planned)
+    assert decisions["ns/q"].code is GangCode.WAITING
+    assert "b needs 4 nvidia.com/gpu, 0 free" in decisions["ns/q"].message
+
+
+def test_a_plan_whose_cards_are_free_waits_for_nothing_of_its_own() -> None:
+    """At 1,000 nodes a plan's Deployments take minutes to write: its first pods go at once (never
+    stuck behind the last ones); a group short of cards past the timeout is stuck."""
+    nodes = [node("a"), node("b")]
+    early = decide_planned(nodes, [gated("x", 4, "a", created_ago=TIMEOUT + 60)])["ns/p"]
+    assert early.code is GangCode.RELEASED and not early.stuck
+    held = pod("foreign", 1, plan=None, bound="b")
+    late = decide_planned(nodes, [gated("x", 4, "a", created_ago=TIMEOUT + 60), held])["ns/p"]
+    assert late.code is GangCode.WAITING and late.stuck
+
+
+def test_a_plan_s_own_leaving_pod_does_not_count_for_its_new_one() -> None:
+    """A re-plan moved an instance: the old pod (not Terminating yet) still holds a's cards, and the
+    placement puts a new 4-card instance there. The new pod waits for the old one to go."""
+    nodes = [node("a", cards=4), node("b")]
+    pods = [pod("old", 4, planned="a", bound="a", rs="old-rs"), gated("new", 4, "a", rs="new-rs")]
+    (decision,) = decide_planned(nodes, pods, {"ns/p": {"a": {"nvidia.com/gpu": 4}}}).values()
+    assert decision.code is GangCode.WAITING and "a needs 4 nvidia.com/gpu, 0 free" in decision.message
+
+
+def test_two_recreated_pods_go_each_as_soon_as_its_node_has_room() -> None:
+    """Two single-replica pods of a running plan deleted at once (their old pods gone): their
+    instance sets had started, so the one whose node has room goes without the other."""
+    nodes = [node("a"), node("b")]
+    pods = [
+        gated("x2", 4, "a", rs="x-rs"),
+        gated("y2", 8, "b", rs="y-rs"),
+        pod("foreign", 8, plan=None, bound="b"),
+    ]
+    started = ("ns/ReplicaSet/x-rs", "ns/ReplicaSet/y-rs")
+    decision = decide_planned(nodes, pods, started=started)["ns/p"]
+    assert decision.code is GangCode.WAITING
+    assert [(r.pod.name, r.code) for r in decision.releases] == [("x2", GangCode.RECREATED)]
+    assert "b needs 8 nvidia.com/gpu, 0 free" in decision.message
+    forgotten = decide_planned(nodes, pods)["ns/p"]  # an operator restarted: both wait, as a new group
+    assert forgotten.code is GangCode.WAITING and not forgotten.releases
