@@ -49,6 +49,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from gpuplan_operator.gang_devices import DeviceShortfall
 from planner import (
     GANG_GATE,
     PLAN_LABEL,
@@ -100,6 +101,7 @@ class GangPod:
     released: float | None = None  # when the operator lifted its gate
     created: float | None = None
     resource_version: str = ""
+    claims: bool = False  # takes GPUs from ResourceClaims (DRA): :mod:`.gang_devices` checks them
 
     @property
     def key(self) -> str:
@@ -175,6 +177,7 @@ def read_pod(pod: Mapping[str, Any], nodes: NodeIndex) -> GangPod:
         released=parse_time((meta.get("annotations") or {}).get(RELEASED_ANNOTATION)),
         created=parse_time(meta.get("creationTimestamp")),
         resource_version=str(meta.get("resourceVersion") or ""),
+        claims=bool(spec.get("resourceClaims")),
     )
 
 
@@ -241,7 +244,7 @@ class GangDecision:
     plan: str  # namespace/name (or, for pods without the plan's label, the plan's node label key)
     code: GangCode
     releases: tuple[Release, ...] = ()
-    short: tuple[Shortfall, ...] = ()
+    short: tuple[Shortfall | DeviceShortfall, ...] = ()
     overdue: tuple[GangPod, ...] = ()
     gated: int = 0  # gated pods before this decision
     stuck: bool = False  # WAITING and its group has waited longer than the timeout: re-plan it
@@ -297,6 +300,7 @@ def decide(
     timeout: float,
     planned: Mapping[str, Mapping[str, int]] | None = None,
     started: Collection[str] = (),
+    devices: Sequence[DeviceShortfall] = (),
 ) -> GangDecision:
     """One plan's gated pods against the ledger (which the releases take their cards from).
 
@@ -309,7 +313,9 @@ def decide(
     it (a plan whose placement is not known): the gated pods there are the group.
 
     ``started``: ``namespace/unit`` of instance sets known to have started before (a recreated pod
-    whose siblings are all gone still goes alone)."""
+    whose siblings are all gone still goes alone). ``devices``: the devices of the plan's
+    placement that cannot be allocated now (:mod:`.gang_devices`): a pod that takes its GPUs from
+    claims waits for those of its group (a recreated one: those of its node)."""
     plan = (pods[0].group or "") if pods else ""
     current = [p for p in pods if not p.terminating]
     gated = sorted((p for p in current if p.gated), key=lambda p: (p.created or 0.0, p.name))
@@ -320,7 +326,7 @@ def decide(
     )
     begun = {p.unit for p in pods if not p.gated}
     releases: list[Release] = []
-    short: list[Shortfall] = []
+    short: list[Shortfall | DeviceShortfall] = []
 
     def waited(p: GangPod) -> float:
         return max(0.0, now - p.created) if p.created is not None else 0.0
@@ -330,8 +336,11 @@ def decide(
         if pod.unit not in begun and f"{pod.namespace}/{pod.unit}" not in started:
             group.append(pod)
             continue
+        taken = [d for d in devices if d.node == pod.planned] if pod.claims else []
         if pod.planned is None:
             short.append(Shortfall("", "", 0, 0, (pod.name,)))
+        elif taken:
+            short.extend(taken)
         elif lacks := ledger.short(pod.planned, pod.requests):
             short.extend(Shortfall(pod.planned, r, n, f, (pod.name,)) for r, n, f in lacks)
         else:
@@ -363,11 +372,13 @@ def decide(
                 beyond[k] = v - covered
         _add(need, pod.planned, beyond)
         who.setdefault(pod.planned, []).append(pod.name)
-    group_short = [
+    group_short: list[Shortfall | DeviceShortfall] = [
         Shortfall(node, r, n, f, tuple(who.get(node, ())))
         for node in sorted(need)
         for r, n, f in ledger.short(node, need[node])
     ]
+    if any(p.claims for p in group):
+        group_short.extend(devices)
     if group and not group_short and not any(p.planned is None for p in group):
         for node, units in need.items():
             ledger.take(node, units)
@@ -397,11 +408,13 @@ def decide_all(
     timeout: float,
     planned: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
     started: Collection[str] = (),
+    devices: Mapping[str, Sequence[DeviceShortfall]] | None = None,
 ) -> list[GangDecision]:
     """Every plan with gated or released-but-unbound pods, one ledger.
 
     ``plan_pods`` may hold any pods: those of no plan are left out. ``planned``: group -> the
-    plan's cards per node (:func:`decide`). First the plans with nothing gated take the cards of
+    plan's cards per node, ``devices``: group -> its placement's devices that cannot be allocated
+    now (:func:`decide`). First the plans with nothing gated take the cards of
     their pods still to come (a plan half way through its release keeps the rest); then the plans
     that have started an instance set before (theirs are the cards a pod recreated or still to come
     counts on), then the others, oldest gated pod first."""
@@ -425,4 +438,8 @@ def decide_all(
         return (not begun, min(times) if times else now, pods[0].group or "")
 
     todo = sorted((pods for pods in by_plan.values() if interesting(pods)), key=order)
-    return [decide(pods, ledger, now, timeout, wanted.get(pods[0].group or ""), started) for pods in todo]
+    blocked = devices or {}
+    return [
+        decide(pods, ledger, now, timeout, wanted.get(g := pods[0].group or ""), started, blocked.get(g, ()))
+        for pods in todo
+    ]

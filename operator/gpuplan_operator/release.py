@@ -40,7 +40,17 @@ from typing import Any
 from gpuplan_operator import cluster
 from gpuplan_operator.apply import PARALLEL_WRITES, in_context
 from gpuplan_operator.body import PlanBody
-from gpuplan_operator.gang import GangCode, GangDecision, Ledger, NodeIndex, decide_all, is_gated, read_pod
+from gpuplan_operator.gang import (
+    GangCode,
+    GangDecision,
+    GangPod,
+    Ledger,
+    NodeIndex,
+    decide_all,
+    is_gated,
+    read_pod,
+)
+from gpuplan_operator.gang_devices import DeviceIndex, DeviceShortfall
 from gpuplan_operator.kube import KubeApi
 from gpuplan_operator.metrics import Metrics
 from planner import POD, RELEASED_ANNOTATION, is_plan_label_key
@@ -77,6 +87,33 @@ def _unit(pod: Mapping[str, Any]) -> str | None:
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
     unit = f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else f"Pod/{meta.get('name')}"
     return f"{meta.get('namespace')}/{unit}"
+
+
+def _devices(
+    pods: Sequence[GangPod],
+    plans: Sequence[PlanBody],
+    slices: Sequence[Mapping[str, Any]],
+    claims: Sequence[Mapping[str, Any]],
+) -> dict[str, list[DeviceShortfall]]:
+    """Group -> the devices of its plan's placement that cannot be allocated now, for the plans
+    with gated pods that take their GPUs from claims (both names of the group, as
+    :func:`_placements`)."""
+    wanting = {p.group for p in pods if p.gated and p.claims and not p.terminating and p.group}
+    if not wanting:
+        return {}
+    index = DeviceIndex(slices, claims)
+    out: dict[str, list[DeviceShortfall]] = {}
+    for plan in plans:
+        placed = (plan.status.get("applied") or {}).get("devices")
+        groups = {f"{plan.namespace}/{plan.name}", plan.label_key} & wanting
+        if not groups or not isinstance(placed, Mapping):
+            continue
+        live = {p.name for p in pods if p.group in groups and not p.terminating}
+        devices = {str(n): [str(d) for d in names or []] for n, names in placed.items()}
+        short = index.short(plan.namespace, plan.name, devices, live)
+        for group in groups:
+            out[group] = short
+    return out
 
 
 def _placements(plans: Sequence[PlanBody]) -> dict[str, dict[str, dict[str, int]]]:
@@ -128,11 +165,15 @@ class GateKeeper:
         nodes: Sequence[Mapping[str, Any]],
         pods: Sequence[Mapping[str, Any]],
         plans: Sequence[PlanBody],
+        slices: Sequence[Mapping[str, Any]] = (),
+        claims: Sequence[Mapping[str, Any]] = (),
     ) -> list[GangDecision]:
         """Decide on every plan's gated pods and lift the gates the decisions release.
 
         ``pods``: the pods bound to a node and not finished (Terminating ones too) and the pods
-        not bound yet; ``plans``: every plan (to name pods grouped by a plan's node label key).
+        not bound yet; ``plans``: every plan (to name pods grouped by a plan's node label key);
+        ``slices`` and ``claims``: the ResourceSlices and ResourceClaims (DRA), for plans whose
+        gated pods take their GPUs from claims.
         """
         self.due_in = None
         now = self.clock()
@@ -147,7 +188,15 @@ class GateKeeper:
         ledger = Ledger(index, seen)
         decisions = [
             self._named(d, plans)
-            for d in decide_all(seen, ledger, now, self.timeout, _placements(plans), self._started)
+            for d in decide_all(
+                seen,
+                ledger,
+                now,
+                self.timeout,
+                _placements(plans),
+                self._started,
+                _devices(seen, plans, slices, claims),
+            )
         ]
         at = _iso(now)
         still_gated = sum(1 for p in seen if p.gated and not p.terminating and p.group is not None)

@@ -344,3 +344,65 @@ def test_two_recreated_pods_go_each_as_soon_as_its_node_has_room() -> None:
     assert "b needs 8 nvidia.com/gpu, 0 free" in decision.message
     forgotten = decide_planned(nodes, pods)["ns/p"]  # an operator restarted: both wait, as a new group
     assert forgotten.code is GangCode.WAITING and not forgotten.releases
+
+
+def slice_of(node_name: str, *devices: str) -> dict[str, Any]:
+    return {
+        "spec": {
+            "nodeName": node_name,
+            "driver": "gpu.example.com",
+            "pool": {"name": node_name},
+            "devices": [{"name": d} for d in devices],
+        }
+    }
+
+
+def claim(
+    name: str, node_name: str, devices: list[str], plan: str | None = None, pod: str | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns"}
+    if plan:
+        meta["labels"] = {"gpuplan.ragnaros.io/plan": plan}
+    if pod:
+        meta["ownerReferences"] = [{"kind": "Pod", "name": pod, "controller": True}]
+    results = [{"driver": "gpu.example.com", "pool": node_name, "device": d} for d in devices]
+    return {"metadata": meta, "status": {"allocation": {"devices": {"results": results}}}}
+
+
+def claimed(name: str, planned: str, **kw: Any) -> dict[str, Any]:
+    """A gated pod taking its GPUs from a claim (no card count)."""
+    p = gated(name, 0, planned, **kw)
+    p["spec"]["containers"][0]["resources"] = {}
+    p["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": f"{name}-tpl"}]
+    return p
+
+
+def test_claim_pods_wait_until_every_device_of_the_placement_can_be_allocated() -> None:
+    """The plan's devices are gpu-2/3 on a and gpu-0 on b; another workload's claim holds b's
+    gpu-0. No pod of the plan goes (a's would, by its card count: it asks none) until it is free;
+    the plan's own claim of a pod still there holds a device the plan counts already."""
+    from gpuplan_operator.gang_devices import DeviceIndex
+
+    nodes = [node("a"), node("b")]
+    placed = {"a": ["gpu-2", "gpu-3"], "b": ["gpu-0"]}
+    slices = [slice_of("a", "gpu-0", "gpu-1", "gpu-2", "gpu-3"), slice_of("b", "gpu-0", "gpu-1")]
+    pods = [claimed("x", "a"), claimed("y", "b"), pod("run", 0, planned="a", bound="a")]
+    index = NodeIndex(nodes)
+    seen = [read_pod(p, index) for p in pods]
+    assert seen[0].claims
+
+    def decision(claims: list[dict[str, Any]]) -> GangDecision:
+        short = DeviceIndex(slices, claims).short("ns", "p", placed, {"x", "y", "run"})
+        (d,) = decide_all(seen, Ledger(index, seen), NOW, TIMEOUT, {}, (), {"ns/p": short})
+        return d
+
+    held = decision([claim("other", "b", ["gpu-0"]), claim("own", "a", ["gpu-3"], plan="p", pod="run")])
+    assert held.code is GangCode.WAITING and not held.releases
+    assert "b: device gpu-0 held by claim ns/other" in held.message
+    assert "gpu-3" not in held.message  # the plan's own claim, for its pod still there
+    leaving = decision([claim("old", "a", ["gpu-3"], plan="p", pod="gone")])  # its pod is gone
+    assert leaving.code is GangCode.WAITING and "a: device gpu-3 held by claim ns/old" in leaving.message
+    missing = DeviceIndex(slices[:1], []).short("ns", "p", placed, set())
+    assert [s.text() for s in missing] == ["b: device gpu-0 not published in its ResourceSlices"]
+    free = decision([])
+    assert free.code is GangCode.RELEASED and {r.pod.name for r in free.releases} == {"x", "y"}

@@ -287,7 +287,8 @@ class Cycle:
         if self.namespaces:  # other namespaces' gates are another operator's to lift
             pods = [p for p in pods if not is_gated(p) or p["metadata"].get("namespace") in self.namespaces]
         try:
-            decisions = self.service.release_gates(read.nodes["items"], pods, plans)
+            slices, claims = (read.slices or {}).get("items") or [], (read.claims or {}).get("items") or []
+            decisions = self.service.release_gates(read.nodes["items"], pods, plans, slices, claims)
         except ApiException as e:  # the API server is away: the next cycle decides again
             log.warning("releasing gated pods failed (%s); again in a moment", api_error_message(e))
             report.soon(self.options.ready_poll)
