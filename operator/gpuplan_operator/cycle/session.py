@@ -11,8 +11,9 @@ hold now. A plan whose :class:`~.order.Inputs` did not change is neither planned
 
 After the plans, the gang gates' release (:mod:`~gpuplan_operator.release`): from the same
 snapshot's nodes and the pods cache (bound pods, Terminating ones, gated ones and released ones
-on their way), the gated pods of a plan are released together once every planned node has their
-cards. A plan whose released pods were not scheduled in time is re-planned by the next cycle.
+on their way), the gated pods of a plan are released as they appear once every planned node has
+the cards of all of the plan's pods there. A plan whose released pods were not scheduled in time
+is re-planned by the next cycle.
 
 Then the readiness of applied plans whose pods changed (or which were not Ready)
 is checked against the pods' cache. A failed plan (``Error``) is tried again after a backoff,
