@@ -367,10 +367,11 @@ def test_pods_ragnaros_creates_from_values_yaml_start_only_when_all_of_the_plan_
         3,
     )
     api.delete("v1", "pods", "foreign", ns=ns, grace=0)
-    pods = wait_for(
-        "both pods bound once b is free",
-        lambda: (ps := ragnaros_pods()) and all(p["spec"].get("nodeName") for p in ps) and ps,
-        timeout=30,
-    )
+
+    def bound() -> list[dict[str, Any]] | None:
+        pods = ragnaros_pods()
+        return pods if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods) else None
+
+    pods = wait_for("both pods bound once b is free", bound, timeout=30)
     assert sorted(p["spec"]["nodeName"] for p in pods) == sorted([a, b])
     assert all(RELEASED in p["metadata"]["annotations"] for p in pods)
