@@ -214,6 +214,7 @@ CAN = [
     ("delete", "configmaps", "plans"),
     ("get", "deployments.apps", "plans"),
     ("list", "deployments.apps", "plans"),
+    ("watch", "deployments.apps", "plans"),  # the Deployments cache
     ("create", "deployments.apps", "plans"),
     ("patch", "deployments.apps", "plans"),
     ("delete", "deployments.apps", "plans"),

@@ -140,7 +140,7 @@ class FaultProxy:
 
 
 class ChaosOperator(OperatorProcess):
-    """The operator with its documented defaults (debounce 2 s, max delay 10 s, resync 60 s,
+    """The operator with its documented defaults (debounce 1 s, max delay 10 s, resync 60 s,
     ready poll 2 s): the suite proves what a user gets, not what a tuned test run gets."""
 
     ARGS: tuple[str, ...] = ("--plan-seconds", "20")

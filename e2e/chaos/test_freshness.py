@@ -14,7 +14,7 @@ is part of what the condition reports) to the status saying so:
 - **node cordoned**: a node holding an instance is cordoned; the plan must leave it (from the
   cordon to ``Applied`` without that node).
 
-The operator runs with its documented defaults (``--debounce 2 --ready-poll 2``).
+The operator runs with its documented defaults (``--debounce 1 --ready-poll 2``).
 """
 
 from __future__ import annotations

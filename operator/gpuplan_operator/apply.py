@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 from typing import TypeVar
 
 from gpuplan_operator import cluster
-from gpuplan_operator.kube import KubeApi
+from gpuplan_operator.kube import JSON, KubeApi
 from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.writes import Verb, Write
 
@@ -49,37 +49,48 @@ def in_context(fn: Callable[[A], R]) -> Callable[[A], R]:
     return run
 
 
-def _send(kube: KubeApi, write: Write) -> bool:
-    """One write; False when a delete found the object already gone."""
+Landed = Callable[[Write, JSON | None], None]
+
+
+def _send(kube: KubeApi, write: Write) -> tuple[bool, JSON | None]:
+    """One write and what the API server returned for an apply; False when a delete found the
+    object already gone."""
     if write.verb is Verb.APPLY:
         assert write.manifest is not None
-        cluster.apply_object(kube, write.manifest)
-        return True
+        return True, cluster.apply_object(kube, write.manifest)
     if write.verb is Verb.LABEL:
         assert write.labels is not None
         cluster.patch_node_labels(kube, write.name, write.labels)
-        return True
-    return cluster.delete_object(kube, write.kind, write.name, write.namespace)
+        return True, None
+    return cluster.delete_object(kube, write.kind, write.name, write.namespace), None
 
 
 def perform(
-    kube: KubeApi, writes: Sequence[Write], metrics: Metrics, parallel: int = PARALLEL_WRITES
+    kube: KubeApi,
+    writes: Sequence[Write],
+    metrics: Metrics,
+    parallel: int = PARALLEL_WRITES,
+    landed: Landed | None = None,
 ) -> list[Write]:
-    """Send ``writes`` in step order; returns them once all landed, raises the first failure."""
+    """Send ``writes`` in step order; returns them once all landed, raises the first failure.
+    ``landed`` hears of each write that landed (a delete of something already gone too), with
+    the object an apply returned: the caches take it in before its watch event comes."""
     ordered = sorted(writes, key=lambda w: w.step)
     if not ordered:
         return []
     with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="gpuplan-write") as pool:
         for _, group in groupby(ordered, key=lambda w: w.step):
             batch = list(group)
-            futures: list[tuple[Write, Future[bool]]] = [(w, pool.submit(_send, kube, w)) for w in batch]
+            futures = [(w, pool.submit(_send, kube, w)) for w in batch]
             failure: tuple[Write, Exception] | None = None
             for write, future in futures:
                 try:
-                    accepted = future.result()
+                    accepted, obj = future.result()
                 except Exception as e:
                     failure = failure or (write, e)
                     continue
+                if landed is not None:
+                    landed(write, obj)
                 if accepted:
                     metrics.wrote(write.kind)
             if failure is not None:

@@ -186,22 +186,36 @@ def _with_wanted(
     return found
 
 
-def list_deployments(kube: KubeApi, namespace: str) -> list[JSON]:
-    """Every Deployment of the namespace (the operator may list them; it reads them to find
-    names a plan wants that another owner holds)."""
-    return _items(kube.get(path_for("apps/v1", "deployments", namespace=namespace)), "apps/v1", "Deployment")
+def list_deployments(kube: KubeApi, namespace: str, selector: str | None = None) -> list[JSON]:
+    """The namespace's Deployments (``selector``: only those; the operator may list them all, and
+    reads them to find names a plan wants that another owner holds)."""
+    query = {"labelSelector": selector} if selector else {}
+    doc = kube.get(path_for("apps/v1", "deployments", namespace=namespace), **query)
+    return _items(doc, "apps/v1", "Deployment")
 
 
-def read_for_apply(kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[JSON]) -> Observed:
-    """What the plan's apply compares against; ``nodes`` is the list the plan was made from."""
+NOT_MANAGED = ",".join(f"{k}!={v}" for k, v in MANAGED_BY.items())  # objects of every other owner
+
+
+def read_for_apply(
+    kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[JSON], managed: list[JSON] | None = None
+) -> Observed:
+    """What the plan's apply compares against; ``nodes`` is the list the plan was made from,
+    ``managed`` the operator's Deployments of the plan's namespace when a watched cache has them
+    (else the plan's are listed)."""
     ns = plan.namespace
+    if managed is None:
+        mine = list_plan_deployments(kube, ns, plan.name)
+        read_all = lambda: _by_name(list_deployments(kube, ns))  # noqa: E731
+    else:
+        wanted = plan_labels(plan.name).items()
+        mine = [d for d in managed if wanted <= ((d.get("metadata") or {}).get("labels") or {}).items()]
+        # the others' names: the operator's from the cache, the rest in one listing of only them
+        read_all = lambda: _by_name([*managed, *list_deployments(kube, ns, NOT_MANAGED)])  # noqa: E731
     return Observed(
         nodes=nodes,
         deployments=_with_wanted(
-            _by_name(list_plan_deployments(kube, ns, plan.name)),
-            desired.deployments,
-            lambda n: read_deployment(kube, ns, n),
-            lambda: _by_name(list_deployments(kube, ns)),
+            _by_name(mine), desired.deployments, lambda n: read_deployment(kube, ns, n), read_all
         ),
         configmaps=read_plan_configmaps(
             kube, ns, plan.name, [c["metadata"]["name"] for c in desired.configmaps]

@@ -72,10 +72,11 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.options = options
     memo.service = service = PlanService(kube, options, post_event, metrics=memo.get("metrics") or Metrics())
     memo.wake = wake = Wake(asyncio.get_running_loop(), options.debounce, options.max_delay)
-    memo.cache = cache = ClusterCache(Kube(load_api_client()), wake.poke)
+    namespaces = memo.get("namespaces") or ()
+    memo.cache = cache = ClusterCache(Kube(load_api_client()), wake.poke, namespaces=namespaces)
     memo.acting = set()
     cache.start()
-    memo.cycle = Cycle(service, cache, memo.get("namespaces") or ())
+    memo.cycle = Cycle(service, cache, namespaces)
     memo.cycles = None  # started by the first plan's daemon (below)
 
 

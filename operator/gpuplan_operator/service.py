@@ -48,7 +48,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuplan_operator import cluster, reserve
 from gpuplan_operator import status as st
-from gpuplan_operator.apply import perform
+from gpuplan_operator.apply import Landed, perform
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.gang import GangCode, GangDecision
 from gpuplan_operator.kube import KubeApi, api_error_message
@@ -90,7 +90,7 @@ class Options:
 
     plan_seconds: float = 30.0  # time budget of one planning run
     polish_seconds: float = 1.0  # extra solver time to keep instances where they were
-    debounce: float = 2.0  # quiet seconds after a node change before re-planning
+    debounce: float = 1.0  # quiet seconds after a node change before re-planning (a scheduler's period)
     max_delay: float = 10.0  # re-plan at the latest this long after the first change of a burst
     resync: float = 60.0  # Infeasible/Error plans re-plan this often; Ready is re-checked too
     ready_poll: float = 2.0  # while pods are pending, check readiness this often
@@ -144,10 +144,14 @@ class PlanService:
         self._gang_codes: dict[str, GangCode] = {}  # namespace/name -> the last decision's code (events)
         self._took: dict[str, float] = {}  # seconds per stage of the reconcile in progress, for its log line
         self._lock_wait = 0.0  # seconds the reconcile in progress waited for the lock
-        # set by the cycle: where a plan's pods come from (its cache), and who hears of each status
-        # written (the cache again, so the next plan of the same cycle plans around it)
+        # set by the cycle: where a plan's pods and Deployments come from (its caches; None from
+        # the Deployments' source: not cached, list them), and who hears of each status and
+        # object written (the caches again, so the next plan of the same cycle plans around it
+        # and the next apply compares with what was just written)
         self.pods_source: Callable[[PlanBody], list[dict[str, Any]]] | None = None
+        self.deployments_source: Callable[[str], list[dict[str, Any]] | None] | None = None
         self.on_status: Callable[[Mapping[str, Any]], None] | None = None
+        self.on_written: Landed | None = None
 
     # --- status -----------------------------------------------------------------------------
 
@@ -365,7 +369,8 @@ class PlanService:
                                 Reason.INVALID, warn=True)  # fmt: skip
         started = time.perf_counter()
         try:
-            observed = cluster.read_for_apply(self.kube, plan, desired, nodes)
+            managed = self.deployments_source(plan.namespace) if self.deployments_source else None
+            observed = cluster.read_for_apply(self.kube, plan, desired, nodes, managed)
             writes = apply_writes(plan, desired, observed, in_use)
         except OwnershipConflict as e:
             self.metrics.apply_failed(e.kind)
@@ -382,7 +387,7 @@ class PlanService:
         if not drops:
             return None
         try:
-            perform(self.kube, drops, self.metrics)
+            perform(self.kube, drops, self.metrics, landed=self.on_written)
         except ApiException as e:
             return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
         prepared.done.extend(drops)
@@ -406,7 +411,7 @@ class PlanService:
         an Outcome when they failed. Plans may do this side by side: what had to go first is gone."""
         rest = [w for w in prepared.writes if w.step is not Step.DROP] if prepared.done else prepared.writes
         try:
-            prepared.done.extend(perform(self.kube, rest, self.metrics))
+            prepared.done.extend(perform(self.kube, rest, self.metrics, landed=self.on_written))
         except ApiException as e:
             return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
         prepared.written = True
@@ -589,7 +594,8 @@ class PlanService:
         with self.lock:
             in_use = reserve.priority_classes_in_use(cluster.list_plans(self.kube), plan.uid)
             observed = cluster.read_for_cleanup(self.kube, plan)
-            changes = Changes.of(perform(self.kube, cleanup_writes(plan, observed, in_use), self.metrics))
+            writes = cleanup_writes(plan, observed, in_use)
+            changes = Changes.of(perform(self.kube, writes, self.metrics, landed=self.on_written))
             self.metrics.plan_gone(plan.namespace, plan.name)
         log.info("%s: deleted: %s", plan.ref, changes.describe())
         return changes

@@ -89,8 +89,10 @@ NEEDED = [
     ("", "configmaps", "create", False),
     ("", "configmaps", "patch", False),
     ("", "configmaps", "delete", False),
-    # Deployments: list_plan_deployments, read_deployment, apply_object, delete_deployment
+    # Deployments: their cache (list, watch), list_plan_deployments, read_deployment,
+    # apply_object, delete_deployment
     ("apps", "deployments", "list", False),
+    ("apps", "deployments", "watch", False),
     ("apps", "deployments", "get", False),
     ("apps", "deployments", "create", False),
     ("apps", "deployments", "patch", False),

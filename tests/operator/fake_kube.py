@@ -56,7 +56,11 @@ def _selected(obj: Mapping[str, Any], selector: str | None) -> bool:
         return True
     labels = (obj.get("metadata") or {}).get("labels") or {}
     for term in selector.split(","):
-        if "=" in term:
+        if "!=" in term:  # also true of an object without the label, as the API server has it
+            k, v = term.split("!=", 1)
+            if labels.get(k) == v:
+                return False
+        elif "=" in term:
             k, v = term.split("=", 1)
             if labels.get(k) != v:
                 return False

@@ -223,3 +223,100 @@ def test_events_of_plans_written_side_by_side_are_posted_in_the_cycle_s_context(
     report = contextvars.copy_context().run(Cycle(svc, cache).run)
     assert sorted(report.planned) == ["ns/a", "ns/b", "ns/c"]
     assert {p for p, _ in posted} == {"a", "b", "c"} and {s for _, s in posted} == {"kopf"}
+
+
+class CountingKube(FakeKube):
+    """Counts listings of Deployments (what the apply read on every re-plan before they were cached)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deployment_lists = 0
+        self.selectors: list[str] = []
+
+    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if method == "GET" and path.rstrip("/").endswith("/deployments"):
+            self.deployment_lists += 1
+            self.selectors.append(str((kw.get("query") or {}).get("labelSelector")))
+        return super().request(method, path, **kw)
+
+
+def test_a_re_plan_compares_with_the_cached_deployments_and_the_cache_follows_its_writes() -> None:
+    kube = CountingKube()
+    for i in range(4):
+        kube.put(NODES, node(f"p4-{i}"))
+    kube.put(PLANS_NS, plan("d", deploy=True, gang="none", **spec(8)))
+    cycle, cache = cycle_on(kube)
+    lists = kube.deployment_lists  # the informer's own first listing
+    cycle.run()
+    assert phase(kube, "d") == "Applied"
+    deps = "apis/apps/v1/namespaces/ns/deployments"
+    written = sorted(d["metadata"]["name"] for d in kube.items(deps))
+    assert (
+        written and sorted(d["metadata"]["name"] for d in cache.plan_deployments("ns", "d") or []) == written
+    )
+
+    victim = sorted({n for a in status_of(kube, "d")["allocations"] for n in a["nodes"]})[0]
+    cordoned = node(victim, unschedulable=True)
+    cordoned["metadata"]["labels"] = (kube.get_obj(NODES, victim) or {})["metadata"]["labels"]
+    kube.put(NODES, cordoned)
+    assert cache.nodes.replace(kube.request("GET", "/api/v1/nodes")["items"])
+    assert cycle.run().planned == ["ns/d"]
+    assert kube.deployment_lists == lists  # neither apply listed the plan's Deployments
+    now = sorted(d["metadata"]["name"] for d in kube.items(deps))
+    assert now != written and not any(victim in n for n in now)
+    cached = cache.plan_deployments("ns", "d") or []
+    assert sorted(d["metadata"]["name"] for d in cached) == now  # deletes and applies taken in
+    assert all("status" not in d and "managedFields" not in d["metadata"] for d in cached)
+    writes = len(kube.writes)
+    assert cycle.run().planned == [] and len(kube.writes) == writes
+
+
+def test_deployments_are_watched_where_the_operator_writes() -> None:
+    everywhere = ClusterCache(FakeKube(), lambda kind, matters: None)
+    paths = [i.path for i in everywhere.informers if i.store.kind == "deployments"]
+    assert paths == ["/apis/apps/v1/deployments"]
+    some = ClusterCache(FakeKube(), lambda kind, matters: None, namespaces=["b", "a", "team-*"])
+    paths = [i.path for i in some.informers if i.store.kind == "deployments"]
+    assert paths == ["/apis/apps/v1/namespaces/a/deployments", "/apis/apps/v1/namespaces/b/deployments"]
+    for informer in some.informers:
+        informer._list()
+    assert some.plan_deployments("a", "p") == []
+    assert some.plan_deployments("team-x", "p") is None  # a glob's namespace: listed when needed
+
+
+def test_namespaces_given_as_globs_are_served_as_kopf_watches_them() -> None:
+    kube = FakeKube()
+    svc = PlanService(kube, Options(), lambda *a: None, clock=lambda: NOW)
+    cycle = Cycle(svc, listed(kube), ["team-*", "ops"])
+    assert cycle.serves(body("p")) is False  # namespace "ns"
+    inside = PlanBody.from_object({**plan("p"), "metadata": {**plan("p")["metadata"], "namespace": "team-a"}})
+    assert cycle.serves(inside)
+
+
+def test_a_new_plan_finds_names_held_by_others_in_the_cache_and_one_listing_of_the_rest() -> None:
+    """A new plan of many Deployments: the operator's own (other plans') come from the cache, and
+    only Deployments of other owners are listed; one of them holding a wanted name is still
+    found and not taken over."""
+    deps = "apis/apps/v1/namespaces/ns/deployments"
+    probe = cluster(*[node(f"p4-{i}") for i in range(12)])
+    probe.put(PLANS_NS, plan("d", deploy=True, gang="none", **spec(12)))
+    cycle_on(probe)[0].run()
+    names = sorted(d["metadata"]["name"] for d in probe.items(deps))
+    assert len(names) > 8
+
+    kube = CountingKube()
+    for i in range(12):
+        kube.put(NODES, node(f"p4-{i}"))
+    kube.put(PLANS_NS, plan("d", deploy=True, gang="none", **spec(12)))
+    theirs = {"uid": "x", "kind": "GpuAllocationPlan", "name": "x", "controller": True}
+    kube.put(deps, {"metadata": {"name": names[3], "namespace": "ns", "ownerReferences": [theirs]}})
+    managed = {"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": "other"}
+    for i in range(20):
+        kube.put(deps, {"metadata": {"name": f"other-{i}", "namespace": "ns", "labels": managed}})
+    cycle, _ = cycle_on(kube)
+    listed_before = len(kube.selectors)
+    cycle.run()
+    assert phase(kube, "d") == "Error" and "belongs to GpuAllocationPlan/x" in str(
+        status_of(kube, "d")["message"]
+    )
+    assert kube.selectors[listed_before:] == ["app.kubernetes.io/managed-by!=gpuplan"]

@@ -7,6 +7,12 @@ listing everything used to give, taken from the stores in one pass with no reque
 cycle writes itself (a plan's status) is put into the plans' store at once
 (:meth:`ClusterCache.assume_plan`), so the next plan of the same cycle plans around it.
 
+The plans' Deployments are cached too (only those labelled as the operator's, in the namespaces
+it serves): an apply compares what it wants with them instead of listing a plan's Deployments
+each time (3.4 s for a plan of 800 on a loaded 1,000-node control plane). What the operator
+writes is put in at once (:meth:`ClusterCache.assume_written`); a version the watch shows later
+replaces it, an older one never does.
+
 ``on_change(kind, matters)`` is called from the informers' threads on every change; the caller
 hands it to the event loop. :meth:`ClusterCache.health` says which watch has been quiet longer
 than it may (a silent stream is re-opened by its informer; this is the check that it was).
@@ -21,21 +27,24 @@ from typing import Any
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cache import trim
 from gpuplan_operator.cache.informer import RESYNC, SILENCE, WATCH_SECONDS, Informer, Watcher
-from gpuplan_operator.cache.store import Store
+from gpuplan_operator.cache.store import Store, key_of
 from gpuplan_operator.cluster import DRA_API, NRT_API, PLAN_API, ClusterRead
 from gpuplan_operator.kube import path_for
 from gpuplan_operator.watch import node_fingerprint, slice_fingerprint, topology_fingerprint
-from planner import PLURAL
+from gpuplan_operator.writes import Verb, Write
+from planner import DEPLOYMENT, MANAGED_BY, PLURAL, plan_labels
 
-NODES, PODS, SLICES, CLAIMS, TOPOLOGIES, PLANS = (
+NODES, PODS, SLICES, CLAIMS, TOPOLOGIES, PLANS, DEPLOYMENTS = (
     "nodes",
     "pods",
     "resourceslices",
     "resourceclaims",
     "noderesourcetopologies",
     "plans",
+    "deployments",
 )
 PLANNING_KINDS = frozenset({NODES, SLICES, TOPOLOGIES})  # a change that matters re-plans
+QUIET_KINDS = frozenset({CLAIMS, DEPLOYMENTS})  # read by the cycle, never a reason to run one
 CRDS = "customresourcedefinitions"  # only the NodeResourceTopology one: its arrival wakes that watch
 TOPOLOGY_CRD = "noderesourcetopologies.topology.node.k8s.io"
 
@@ -67,6 +76,11 @@ def _plan(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def of_plan(deployments: Iterable[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    want = plan_labels(name).items()
+    return [d for d in deployments if want <= ((d.get("metadata") or {}).get("labels") or {}).items()]
+
+
 def _node_fp(node: Mapping[str, Any]) -> Any:
     return node_fingerprint(node, grace=float("inf"))  # health is the cycle's business, at its time
 
@@ -80,7 +94,11 @@ class ClusterCache:
         on_change: Callable[[str, bool], None],
         resync: float = RESYNC,
         silence: float = SILENCE,
+        namespaces: Iterable[str] = (),
     ) -> None:
+        """``namespaces``: where the operator writes (all when empty): its Deployments are
+        watched there only, with the rights it has there (a glob's namespaces are not known in
+        advance: their Deployments are listed when needed)."""
         self.nodes = Store(NODES, trim.node, _node_fp)
         self.pods = Store(PODS, trim.pod, _pod_fingerprint, keep=trim.pod_kept)
         self.slices = Store(SLICES, trim.whole, slice_fingerprint)
@@ -103,6 +121,14 @@ class ClusterCache:
             Informer(api, paths[s.kind], s, told, resync, silence)
             for s in (self.nodes, self.pods, self.slices, self.claims, self.topologies, self.plans)
         ]
+        managed = {"labelSelector": ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())}
+        self.deployments: dict[str | None, Store] = {}
+        given = set(namespaces)
+        exact = sorted(n for n in given if not any(c in n for c in "*?[!"))
+        for ns in [*exact] if given else [None]:
+            store = self.deployments[ns] = Store(DEPLOYMENTS, trim.deployment)
+            path = path_for("apps/v1", "deployments", namespace=ns)
+            self.informers.append(Informer(api, path, store, told, resync, silence, query=managed))
         topologies = next(i for i in self.informers if i.store is self.topologies)
 
         def crd_changed(store: Store, matters: bool) -> None:
@@ -148,6 +174,34 @@ class ClusterCache:
     def assume_plan(self, obj: Mapping[str, Any]) -> None:
         self.plans.assume(obj)
 
+    def _deployments_of(self, namespace: str | None) -> Store | None:
+        everywhere = self.deployments.get(None)
+        return everywhere if everywhere is not None else self.deployments.get(namespace)
+
+    def assume_written(self, write: Write, obj: Mapping[str, Any] | None) -> None:
+        """A write of ours landed: a Deployment applied (the object the API server returned) or
+        deleted is in the cache before its watch event comes."""
+        if write.kind != DEPLOYMENT or (store := self._deployments_of(write.namespace)) is None:
+            return
+        if write.verb is Verb.DELETE:
+            store.forget(f"{write.namespace}/{write.name}")
+        elif obj is not None:
+            store.assume(obj)
+
+    def namespace_deployments(self, namespace: str) -> list[dict[str, Any]] | None:
+        """The operator's Deployments in ``namespace`` (every plan's); None when the namespace is
+        not watched (the caller lists them)."""
+        store = self._deployments_of(namespace)
+        if store is None or not store.synced:
+            return None
+        return [d for d in store.items() if key_of(d).startswith(f"{namespace}/")]
+
+    def plan_deployments(self, namespace: str, name: str) -> list[dict[str, Any]] | None:
+        """The plan's Deployments, as :func:`~gpuplan_operator.cluster.list_plan_deployments`
+        lists them; None when its namespace is not watched."""
+        found = self.namespace_deployments(namespace)
+        return None if found is None else of_plan(found, name)
+
     def plan(self, namespace: str, name: str) -> PlanBody | None:
         obj = self.plans.get(f"{namespace}/{name}")
         return PlanBody.from_object(obj) if obj is not None else None
@@ -183,7 +237,10 @@ class ClusterCache:
         return out
 
     def sizes(self) -> dict[str, int]:
-        return {s.kind: len(s) for s in self.stores}
+        out: dict[str, int] = {}
+        for store in self.stores:  # the Deployments may be one store per namespace
+            out[store.kind] = out.get(store.kind, 0) + len(store)
+        return out
 
 
 def deep_size(obj: Any, seen: set[int] | None = None) -> int:

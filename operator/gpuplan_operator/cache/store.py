@@ -106,6 +106,13 @@ class Store:
         same cycle must see the status this one just wrote)."""
         self.apply("MODIFIED", raw)
 
+    def forget(self, key: str) -> None:
+        """A delete of ours landed: the object is gone before its watch event says so."""
+        with self._lock:
+            if key in self._objects:
+                self._put(key, None)
+                self.version += 1
+
     def replace(self, objects: Iterable[Mapping[str, Any]]) -> bool:
         """A whole listing; True when it differs from what the store held in a way that matters."""
         fresh = {}

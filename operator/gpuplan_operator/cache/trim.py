@@ -117,6 +117,16 @@ def whole(obj: Mapping[str, Any]) -> JSON:
     return out
 
 
+def deployment(obj: Mapping[str, Any]) -> JSON:
+    """A plan's Deployment as the apply compares it (metadata and spec; not its status, which
+    moves with every pod and which nothing the operator decides reads)."""
+    out = whole(obj)
+    out.pop("status", None)
+    out.setdefault("apiVersion", "apps/v1")
+    out.setdefault("kind", "Deployment")
+    return out
+
+
 def crd(obj: Mapping[str, Any]) -> JSON:
     """A CRD as its watch needs it: its name, version and conditions (Established)."""
     meta = obj.get("metadata") or {}

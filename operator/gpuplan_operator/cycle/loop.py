@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from gpuplan_operator.cache.caches import CLAIMS, PLANNING_KINDS
+from gpuplan_operator.cache.caches import PLANNING_KINDS, QUIET_KINDS
 from gpuplan_operator.cycle.session import Cycle
 from gpuplan_operator.follow import backoff
 
@@ -48,7 +48,7 @@ class Wake:
 
     def poke(self, kind: str, matters: bool) -> None:
         """A watch saw a change (any thread)."""
-        if kind == CLAIMS or not matters:  # claims are read at each cycle; they start none
+        if kind in QUIET_KINDS or not matters:  # claims, Deployments: read by each cycle, start none
             return
         self.loop.call_soon_threadsafe(self._poke, kind in PLANNING_KINDS)
 

@@ -31,6 +31,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -102,7 +103,9 @@ class Cycle:
         self.memory: dict[str, _Memory] = {}
         self.replan: set[str] = set()  # uids the gang release asked to re-plan (timed out)
         service.pods_source = lambda plan: cache.plan_pods(plan.labels)
+        service.deployments_source = cache.namespace_deployments
         service.on_status = cache.assume_plan
+        service.on_written = cache.assume_written
 
     def _cluster_inputs(self, read: ClusterRead, report: Report) -> tuple[Any, ...]:
         """The caches' counters of changes that matter, which nodes are down past the grace, and
@@ -276,7 +279,11 @@ class Cycle:
             memory.failures = 0
 
     def serves(self, plan: PlanBody) -> bool:
-        return not self.namespaces or plan.namespace in self.namespaces
+        return self._serves_namespace(plan.namespace)
+
+    def _serves_namespace(self, namespace: str | None) -> bool:
+        """``--namespace`` takes names and globs (``team-*``), as kopf's own watches do."""
+        return not self.namespaces or any(fnmatchcase(str(namespace), n) for n in self.namespaces)
 
     def _pods(self, plan: PlanBody) -> frozenset[Any]:
         return pods_fingerprint(self.cache.plan_pods(plan.labels)) if plan.deploy else frozenset()
@@ -286,7 +293,8 @@ class Cycle:
         pods as they are now: a pod bound since the snapshot holds its cards)."""
         pods = self.cache.gang_pods()
         if self.namespaces:  # other namespaces' gates are another operator's to lift
-            pods = [p for p in pods if not is_gated(p) or p["metadata"].get("namespace") in self.namespaces]
+            mine = self._serves_namespace
+            pods = [p for p in pods if not is_gated(p) or mine(p["metadata"].get("namespace"))]
         try:
             slices, claims = (read.slices or {}).get("items") or [], (read.claims or {}).get("items") or []
             decisions = self.service.release_gates(read.nodes["items"], pods, plans, slices, claims)
