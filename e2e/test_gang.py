@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import yaml
+
 from e2e.support import (
     GROUP,
     Api,
@@ -79,7 +81,7 @@ def leaving(plan: str) -> dict[str, str]:
 
 def gang_spec(gpu_type: str, cards: int, strategy: str = "machine", **extra: Any) -> dict[str, Any]:
     return one_type(
-        gpu_type, {"spread": {"G": cards}}, [operator_entry("spread", strategy)], deploy=True, **extra
+        gpu_type, {"spread": {"G": cards}}, [operator_entry("spread", strategy)], **({"deploy": True} | extra)
     )
 
 
@@ -275,3 +277,101 @@ def test_released_pods_not_scheduled_in_time_get_their_plan_replanned(
         4,
     )
     api.delete("v1", "pods", "stuck", ns=ns, grace=0)
+
+
+def test_two_pods_deleted_at_once_are_each_released_when_their_node_has_room(
+    api: Api, kubectl: Kubectl, ns: str, make_nodes: Callable[..., list[str]]
+) -> None:
+    """Both single-replica pods of a running plan are deleted at once (a node drained, a pod
+    deleted by hand); their replacements are pods of instance sets that had started, so each one
+    goes as soon as its own node has room, not when both have."""
+    a, b = make_nodes("gang", 2)
+    gpu_type = a.rsplit("-", 1)[0]
+    kubectl.apply(plan_manifest(ns, "gang", gang_spec(gpu_type, 16)))  # two 8-card instances, a and b
+    wait_for("the plan Ready", settled(api, ns, "gang"), timeout=60)
+    old = {p["metadata"]["name"] for p in plan_pods(api, ns, "gang")}
+    assert len(old) == 2
+    api.create("v1", "pods", held_pod(ns, "foreign", b, 8, {}), ns=ns)  # bound by hand: b is full
+    for name in old:
+        api.delete("v1", "pods", name, ns=ns, grace=0)
+
+    def replaced() -> dict[str, dict[str, Any]] | None:
+        pods = [p for p in plan_pods(api, ns, "gang") if p["metadata"]["name"] not in old]
+        by_node = {p["spec"]["nodeSelector"][f"{GROUP}/{ns}.gang"]: p for p in pods}
+        return by_node if len(pods) == 2 and by_node.get(a, {}).get("spec", {}).get("nodeName") else None
+
+    pods = wait_for("a's new pod bound while b's waits", replaced, timeout=30)
+    assert gated(pods[b]) and not pods[b]["spec"].get("nodeName")
+    stays(
+        "b's new pod gated while the foreign pod holds b",
+        lambda: all(
+            gated(p)
+            for p in plan_pods(api, ns, "gang")
+            if p["spec"]["nodeSelector"].get(f"{GROUP}/{ns}.gang") == b
+        ),
+        4,
+    )
+    api.delete("v1", "pods", "foreign", ns=ns, grace=0)
+    wait_for("both new pods bound once b is free", lambda: all_bound(api, ns, "gang", 2), timeout=30)
+    wait_for("Ready", settled(api, ns, "gang"), timeout=30)
+
+
+def ragnaros_pod(ns: str, entry: dict[str, Any], index: int) -> dict[str, Any]:
+    """A pod of a flamewaker entry of the plan's values.yaml, made as Ragnaros makes it: the entry's
+    podAttributes (node selector, priority class, the gang gate) and containerAttributes, labels of
+    its own (none of the plan's)."""
+    container = {"name": "flamewaker", "image": entry.get("image", "busybox")}
+    container.update(entry.get("containerAttributes") or {})
+    return {
+        "metadata": {
+            "name": f"{entry['name']}-{index}"[:63].rstrip("-."),
+            "namespace": ns,
+            "labels": {"app": "ragnaros"},
+        },
+        "spec": {**entry["podAttributes"], "terminationGracePeriodSeconds": 0, "containers": [container]},
+    }
+
+
+def test_pods_ragnaros_creates_from_values_yaml_start_only_when_all_of_the_plan_can(
+    api: Api, kubectl: Kubectl, ns: str, make_nodes: Callable[..., list[str]]
+) -> None:
+    """No Deployments: Ragnaros creates the pods from the flamewaker entries, whose podAttributes
+    carry the gate. The operator releases them by the plan's node label key, only once every node
+    of the plan has the cards for all of its instances, including those not created yet."""
+    a, b = make_nodes("gang", 2)
+    gpu_type = a.rsplit("-", 1)[0]
+    key = f"{GROUP}/{ns}.gang"
+    kubectl.apply(plan_manifest(ns, "gang", gang_spec(gpu_type, 16, deploy=False)))
+    wait_for("the plan Applied", settled(api, ns, "gang", ready=False), timeout=60)
+    assert not api.deployments(ns)
+    cm = wait_for("its values.yaml", lambda: api.configmap(ns, "gang-flamewakers"), timeout=30)
+    entries = yaml.safe_load(cm["data"]["values.yaml"])["flamewakers"]
+    assert all(e["podAttributes"]["schedulingGates"] == [{"name": GATE}] for e in entries)
+    by_node = {e["podAttributes"]["nodeSelector"][key]: e for e in entries}
+    assert sorted(by_node) == sorted([a, b]) and all(e["instanceNumber"] == 1 for e in entries)
+
+    def ragnaros_pods() -> list[dict[str, Any]]:
+        return [p for p in api.pods(ns, "app=ragnaros") if not p["metadata"].get("deletionTimestamp")]
+
+    api.create("v1", "pods", held_pod(ns, "foreign", b, 4, {}), ns=ns)  # after planning: b lacks 4
+    api.create("v1", "pods", ragnaros_pod(ns, by_node[a], 0), ns=ns)  # a has room; b's pod not there yet
+    stays(
+        "a's pod gated: b lacks the cards of the instance not created yet",
+        lambda: len(ragnaros_pods()) == 1 and all(gated(p) for p in ragnaros_pods()),
+        5,
+    )
+    api.create("v1", "pods", ragnaros_pod(ns, by_node[b], 0), ns=ns)
+    stays(
+        "both pods gated while b lacks 4 cards",
+        lambda: len(ragnaros_pods()) == 2 and all(gated(p) for p in ragnaros_pods()),
+        3,
+    )
+    api.delete("v1", "pods", "foreign", ns=ns, grace=0)
+
+    def bound() -> list[dict[str, Any]] | None:
+        pods = ragnaros_pods()
+        return pods if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods) else None
+
+    pods = wait_for("both pods bound once b is free", bound, timeout=30)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted([a, b])
+    assert all(RELEASED in p["metadata"]["annotations"] for p in pods)

@@ -15,8 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from e2e.dra import (
+    RESOURCE_API,
     DeviceRef,
     Gpu,
+    cel_in,
     claim_deployment,
     claim_spec,
     claim_template,
@@ -25,7 +27,17 @@ from e2e.dra import (
     holders,
     pod_devices,
 )
-from e2e.support import Api, Kubectl, one_type, operator_entry, plan_manifest, settled, wait_for
+from e2e.support import (
+    Api,
+    Kubectl,
+    conditions,
+    one_type,
+    operator_entry,
+    plan_manifest,
+    settled,
+    stays,
+    wait_for,
+)
 
 PLAN_LABEL = "gpuplan.ragnaros.io/plan"
 
@@ -209,4 +221,65 @@ def test_a_cordon_recreates_only_the_pods_that_were_on_the_cordoned_node(
     assert stayed <= running, "pods of instances that did not move were recreated"
     assert not {p["spec"]["nodeName"] for p in pods} & {victim}
     assert allocated_sets(api, pods) == {n: sorted(v, key=sorted) for n, v in after.items()}
+    no_device_held_twice(api)
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    return any(g.get("name") == "gpuplan.ragnaros.io/gang" for g in pod["spec"].get("schedulingGates") or [])
+
+
+def test_gated_claim_pods_wait_until_the_planned_devices_are_free(
+    api: Api,
+    kubectl: Kubectl,
+    ns: str,
+    device_class: str,
+    gpu_nodes: Callable[..., dict[str, list[Gpu]]],
+) -> None:
+    """A pod taking its GPUs from a claim asks for no card count; its gate is lifted only once the
+    devices of the plan's placement can be allocated. Here they are held by the claim of a plan
+    that was deleted (its labels: no live plan counts it, so the planner plans onto its devices,
+    as in a hand-over), and the new plan's pod stays gated until that claim is gone."""
+    [(node, gpus)] = gpu_nodes("gangdra").items()
+    gpu_type = node.rsplit("-", 1)[0]
+    hold_devices(api, ns, "elsewhere", gpus[4:])  # another workload's: the plan goes around them
+    leaving = {
+        "apiVersion": RESOURCE_API,
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": "leaving",
+            "labels": {"app.kubernetes.io/managed-by": "gpuplan", PLAN_LABEL: "gone"},
+        },
+        "spec": claim_spec(4, [cel_in("uuid", [g.uuid for g in gpus[:4]], gpus[0].driver)], request="held"),
+    }
+    api.create(RESOURCE_API, "resourceclaims", leaving, ns=ns)
+    results = [
+        {"request": "held", "driver": g.driver, "pool": g.ref.pool, "device": g.name} for g in gpus[:4]
+    ]
+    api.kube.merge_patch(
+        f"/apis/{RESOURCE_API}/namespaces/{ns}/resourceclaims/leaving/status",
+        {"status": {"allocation": {"devices": {"results": results}}}},
+        "e2e",
+    )
+
+    kubectl.apply(plan_manifest(ns, "gang", dra_spec(gpu_type, device_class, {"spread": 4})))
+    status = wait_for("the plan applied", settled(api, ns, "gang", ready=False), timeout=120)
+    assert planned(status) == {node: [frozenset(g.name for g in gpus[:4])]}, planned(status)
+
+    def pod_gated() -> bool:
+        pods = api.pods(ns, f"{PLAN_LABEL}=gang")
+        return len(pods) == 1 and gated(pods[0]) and not pods[0]["spec"].get("nodeName")
+
+    wait_for("the plan's pod, gated", pod_gated, timeout=60)
+    wait_for(
+        "Ready Waiting, naming the held device",
+        lambda: "held by claim" in conditions(api.status(ns, "gang")).get("Ready", {}).get("message", ""),
+        timeout=30,
+    )
+    stays("the pod gated while the leaving claim holds its devices", pod_gated, 5)
+
+    api.delete(RESOURCE_API, "resourceclaims", "leaving", ns=ns)
+    [pod] = wait_for(
+        "the pod Running once the devices are free", plan_pods_running(api, ns, "gang", 1), timeout=60
+    )
+    assert {r.device for r in pod_devices(api, pod)} == {g.name for g in gpus[:4]}
     no_device_held_twice(api)

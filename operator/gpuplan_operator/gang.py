@@ -5,20 +5,28 @@ Notes
 A plan's pods are created with the scheduling gate ``gpuplan.ragnaros.io/gang``; kube-scheduler
 leaves a gated pod alone. This module decides, from plain cluster data, whose gates to lift:
 
-- **Together or not at all.** The gated pods of a plan are released in one step, and only when
-  every one of them has the free cards on its planned node (the one node its ``nodeSelector``
-  matches: the plan's own label pins it). Free is allocatable minus the requests of every bound
-  pod, Terminating ones included (a leaving pod holds its cards until it is gone), minus what
-  already-released pods that are not bound yet will take. Otherwise the plan is ``Waiting``, with
-  the node, the resource, the cards it needs and the cards free.
-- **A recreated pod goes alone.** A gated pod whose ReplicaSet already has a released pod (the
-  instance set was started before: a pod deleted, a node lost, a release half done when the
-  operator died) is released by itself as soon as its node has room. A re-plan that moves
-  instances makes new ReplicaSets, whose pods form a new group.
-- **One ledger for everyone.** Plans are decided in the order their oldest gated pod was created,
-  against one ledger of free cards, and each release takes its cards from it: two plans are never
-  released onto the same cards. A group that cannot start holds nothing back (no partial
-  reservation that could deadlock two plans).
+- **Together or not at all, as soon as each pod exists.** A gated pod of the plan is released
+  when it appears, once the whole plan can start: every node of the plan's placement (its
+  ``status.applied.units``) has the free cards for all of the plan's instances planned there that
+  no pod holds yet, the gated ones and the ones its controllers have not created yet alike. Free
+  is allocatable minus the requests of every bound pod, Terminating ones included (a leaving pod
+  holds its cards until it is gone), minus what released pods not bound yet will take. The pod's
+  own node is the one node its ``nodeSelector`` matches (the plan's label pins it). Otherwise the
+  plan is ``Waiting``, with the node, the resource, the cards it needs and the cards free. So
+  nothing of the plan starts unless all of it can, and its pods are scheduled while the rest are
+  still being created (waiting for the last pod to exist would add the creation of every pod to
+  the time the first one starts).
+- **A recreated pod goes alone.** A gated pod of an instance set (its ReplicaSet, or the pod
+  itself for pods Ragnaros makes) that has started before (a pod deleted, a node lost, a release
+  half done when the operator died) is released by itself as soon as its node has room. Started
+  means a sibling is released or was seen released by this operator (so two pods deleted at once
+  do not wait for each other). A re-plan that moves instances makes new ReplicaSets, whose pods
+  form a new group.
+- **One ledger for everyone.** Plans are decided against one ledger of free cards, and each
+  release takes its cards from it, with the cards of the plan's pods still to come: two plans are
+  never released onto the same cards. A plan that has started goes first (the cards its pods still
+  to come count on are its own), then the others by their oldest gated pod. A group that cannot
+  start holds nothing back (no partial reservation that could deadlock two plans).
 - **Safety net.** A released pod still not bound ``timeout`` seconds after its release means
   something took its cards in between: the plan is ``TimedOut`` and should be re-planned around it.
   A group still waiting ``timeout`` seconds after its pods were created (something the plan did
@@ -26,18 +34,22 @@ leaves a gated pod alone. This module decides, from plain cluster data, whose ga
   is re-planned too, so the plan routes around what holds the cards rather than wait for it.
 
 Everything is recomputed from the cluster each time (the release time is an annotation on the
-pod), so an operator restarted in the middle of a release finishes it. The outcome codes are the
+pod), so an operator restarted in the middle of a release finishes it. The one thing remembered,
+which instance sets started, only lets a recreated pod go sooner: forgotten (a restart), the pod
+waits for its whole plan to fit, as a new one would. The outcome codes are the
 status reason, the Event reason and the metric label alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from gpuplan_operator.gang_devices import DeviceShortfall
 from planner import (
     GANG_GATE,
     PLAN_LABEL,
@@ -89,6 +101,7 @@ class GangPod:
     released: float | None = None  # when the operator lifted its gate
     created: float | None = None
     resource_version: str = ""
+    claims: bool = False  # takes GPUs from ResourceClaims (DRA): :mod:`.gang_devices` checks them
 
     @property
     def key(self) -> str:
@@ -164,6 +177,7 @@ def read_pod(pod: Mapping[str, Any], nodes: NodeIndex) -> GangPod:
         released=parse_time((meta.get("annotations") or {}).get(RELEASED_ANNOTATION)),
         created=parse_time(meta.get("creationTimestamp")),
         resource_version=str(meta.get("resourceVersion") or ""),
+        claims=bool(spec.get("resourceClaims")),
     )
 
 
@@ -210,8 +224,6 @@ class Shortfall:
     pods: tuple[str, ...]
 
     def text(self) -> str:
-        if not self.node and not self.pods:
-            return f"{self.needed} more pod(s) of the plan not created yet"
         if not self.node:
             return f"{', '.join(self.pods)}: no single node matches the pod's nodeSelector"
         unit = "millicores " if self.resource == "cpu" else ""
@@ -232,7 +244,7 @@ class GangDecision:
     plan: str  # namespace/name (or, for pods without the plan's label, the plan's node label key)
     code: GangCode
     releases: tuple[Release, ...] = ()
-    short: tuple[Shortfall, ...] = ()
+    short: tuple[Shortfall | DeviceShortfall, ...] = ()
     overdue: tuple[GangPod, ...] = ()
     gated: int = 0  # gated pods before this decision
     stuck: bool = False  # WAITING and its group has waited longer than the timeout: re-plan it
@@ -252,15 +264,58 @@ class GangDecision:
         return "no gated pods"
 
 
+def _add(into: dict[str, Units], node: str, requests: Mapping[str, int]) -> None:
+    slot = into.setdefault(node, {})
+    for k, v in requests.items():
+        slot[k] = slot.get(k, 0) + v
+
+
+def remaining(pods: Sequence[GangPod], planned: Mapping[str, Mapping[str, int]]) -> dict[str, Units]:
+    """Node -> the cards the plan's placement puts there that none of its pods holds yet: the
+    pods still gated and the ones its controllers have not created yet.
+
+    ``planned``: the plan's cards per node (``status.applied.units``). Only the resources its pods
+    request count (not cpu: the placement rounds it up to whole cores, a pod asks millicores; a
+    pod's cpu is checked on its own), so a resource no pod asks for (a DRA device class) is never
+    waited for. A pod of the plan that holds more than is planned on its node (one of a moved
+    instance, not gone yet) takes from the node's free cards like anyone's."""
+    kinds = {k for p in pods for k in p.requests if k != "cpu"}
+    own: dict[str, Units] = {}
+    for pod in pods:
+        if not pod.terminating and pod.target is not None and _holds(pod):
+            _add(own, pod.target, pod.requests)
+    out: dict[str, Units] = {}
+    for node, units in planned.items():
+        held = own.get(node, {})
+        left = {k: int(v) - held.get(k, 0) for k, v in units.items() if k in kinds}
+        if any(v > 0 for v in left.values()):
+            out[node] = {k: v for k, v in sorted(left.items()) if v > 0}
+    return out
+
+
 def decide(
-    pods: Sequence[GangPod], ledger: Ledger, now: float, timeout: float, expected: int | None = None
+    pods: Sequence[GangPod],
+    ledger: Ledger,
+    now: float,
+    timeout: float,
+    planned: Mapping[str, Mapping[str, int]] | None = None,
+    started: Collection[str] = (),
+    devices: Sequence[DeviceShortfall] = (),
 ) -> GangDecision:
     """One plan's gated pods against the ledger (which the releases take their cards from).
 
-    ``expected``: how many pods the plan's Deployments want. Their ReplicaSets create pods over a
-    few seconds; a group is released only once all of them exist, or the first pods would start
-    without the rest. None (pods Ragnaros creates): the pods there are the group.
-    """
+    ``planned``: the plan's cards per node (its ``status.applied.units``). With it, a gated pod of
+    an instance set that has not started is released as soon as it exists, once every node of the
+    placement has the free cards for all of the plan's instances there that no pod holds yet
+    (gated ones and ones not created yet alike): nothing of the plan starts unless all of it can,
+    yet pods are scheduled while their siblings are still being created. The cards of the pods
+    still to come are taken from the ledger too, so no other plan is released onto them. Without
+    it (a plan whose placement is not known): the gated pods there are the group.
+
+    ``started``: ``namespace/unit`` of instance sets known to have started before (a recreated pod
+    whose siblings are all gone still goes alone). ``devices``: the devices of the plan's
+    placement that cannot be allocated now (:mod:`.gang_devices`): a pod that takes its GPUs from
+    claims waits for those of its group (a recreated one: those of its node)."""
     plan = (pods[0].group or "") if pods else ""
     current = [p for p in pods if not p.terminating]
     gated = sorted((p for p in current if p.gated), key=lambda p: (p.created or 0.0, p.name))
@@ -269,54 +324,70 @@ def decide(
         for p in current
         if not p.gated and not p.bound and p.released is not None and now - p.released > timeout
     )
-    started = {p.unit for p in pods if not p.gated}
+    begun = {p.unit for p in pods if not p.gated}
     releases: list[Release] = []
-    short: list[Shortfall] = []
+    short: list[Shortfall | DeviceShortfall] = []
 
     def waited(p: GangPod) -> float:
         return max(0.0, now - p.created) if p.created is not None else 0.0
 
     group = []
     for pod in gated:
-        if pod.unit not in started:
+        if pod.unit not in begun and f"{pod.namespace}/{pod.unit}" not in started:
             group.append(pod)
             continue
+        taken = [d for d in devices if d.node == pod.planned] if pod.claims else []
         if pod.planned is None:
             short.append(Shortfall("", "", 0, 0, (pod.name,)))
+        elif taken:
+            short.extend(taken)
         elif lacks := ledger.short(pod.planned, pod.requests):
             short.extend(Shortfall(pod.planned, r, n, f, (pod.name,)) for r, n, f in lacks)
         else:
             ledger.take(pod.planned, pod.requests)
             releases.append(Release(pod, GangCode.RECREATED, waited(pod)))
 
+    # what the group asks of each node: with the placement known, every card it plans there that
+    # no pod holds yet (recreated pods just released hold theirs), plus whatever a gated pod asks
+    # beyond that (its cpu, a card more than planned there); without it, the gated pods' requests
     need: dict[str, Units] = {}
+    if group and planned is not None:
+        alone = {r.pod.key for r in releases}
+        holding = [
+            dataclasses.replace(p, gated=False, released=now) if p.key in alone else p for p in current
+        ]
+        need = remaining(holding, planned)
+    budget = {n: dict(u) for n, u in need.items()}
     who: dict[str, list[str]] = {}
     for pod in group:
         if pod.planned is None:
             short.append(Shortfall("", "", 0, 0, (pod.name,)))
             continue
-        slot = need.setdefault(pod.planned, {})
+        left = budget.setdefault(pod.planned, {})
+        beyond = {}
         for k, v in pod.requests.items():
-            slot[k] = slot.get(k, 0) + v
+            covered = min(v, max(0, left.get(k, 0)))
+            left[k] = left.get(k, 0) - covered
+            if v > covered:
+                beyond[k] = v - covered
+        _add(need, pod.planned, beyond)
         who.setdefault(pod.planned, []).append(pod.name)
-    group_short = [
-        Shortfall(node, r, n, f, tuple(who[node]))
+    group_short: list[Shortfall | DeviceShortfall] = [
+        Shortfall(node, r, n, f, tuple(who.get(node, ())))
         for node in sorted(need)
         for r, n, f in ledger.short(node, need[node])
     ]
-    missing = max(0, expected - len(current)) if expected is not None else 0
-    if missing and group:
-        group_short.append(Shortfall("", "", missing, 0, ()))
+    if any(p.claims for p in group):
+        group_short.extend(devices)
     if group and not group_short and not any(p.planned is None for p in group):
         for node, units in need.items():
             ledger.take(node, units)
         releases.extend(Release(p, GangCode.RELEASED, waited(p)) for p in group)
     short.extend(group_short)
 
-    # stuck: cards are short on a planned node (not pods of its own still being created) for
-    # longer than the timeout
-    short_of_cards = any(s.node for s in group_short) and not missing
-    stuck = short_of_cards and max((waited(p) for p in group), default=0.0) > timeout
+    # stuck: a planned node lacks cards (something the plan did not count holds them) for longer
+    # than the timeout; pods of its own still being created wait for nothing
+    stuck = any(s.node for s in group_short) and max((waited(p) for p in group), default=0.0) > timeout
     if overdue:
         code = GangCode.TIMED_OUT
     elif short:
@@ -335,24 +406,40 @@ def decide_all(
     ledger: Ledger,
     now: float,
     timeout: float,
-    expected: Mapping[str, int] | None = None,
+    planned: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
+    started: Collection[str] = (),
+    devices: Mapping[str, Sequence[DeviceShortfall]] | None = None,
 ) -> list[GangDecision]:
-    """Every plan with gated or released-but-unbound pods, oldest gated pod first, one ledger.
+    """Every plan with gated or released-but-unbound pods, one ledger.
 
-    ``plan_pods`` may hold any pods: those of no plan are left out. ``expected``: plan -> the pods
-    its Deployments want (:func:`decide`)."""
+    ``plan_pods`` may hold any pods: those of no plan are left out. ``planned``: group -> the
+    plan's cards per node, ``devices``: group -> its placement's devices that cannot be allocated
+    now (:func:`decide`). First the plans with nothing gated take the cards of
+    their pods still to come (a plan half way through its release keeps the rest); then the plans
+    that have started an instance set before (theirs are the cards a pod recreated or still to come
+    counts on), then the others, oldest gated pod first."""
     by_plan: dict[str, list[GangPod]] = {}
     for pod in plan_pods:
         if pod.group is not None:
             by_plan.setdefault(pod.group, []).append(pod)
+    wanted = planned or {}
 
     def interesting(pods: list[GangPod]) -> bool:
         return any(p.gated or (p.released is not None and not p.bound) for p in pods if not p.terminating)
 
-    def oldest(pods: list[GangPod]) -> tuple[float, str]:
-        times = [p.created or 0.0 for p in pods if p.gated and not p.terminating]
-        return (min(times) if times else now, pods[0].group or "")
+    for group, pods in by_plan.items():
+        if group in wanted and not interesting(pods):
+            for node, units in remaining(pods, wanted[group]).items():
+                ledger.take(node, units)
 
-    todo = sorted((pods for pods in by_plan.values() if interesting(pods)), key=oldest)
-    wanted = expected or {}
-    return [decide(pods, ledger, now, timeout, wanted.get(pods[0].group or "")) for pods in todo]
+    def order(pods: list[GangPod]) -> tuple[bool, float, str]:
+        times = [p.created or 0.0 for p in pods if p.gated and not p.terminating]
+        begun = any(not p.gated for p in pods if not p.terminating)
+        return (not begun, min(times) if times else now, pods[0].group or "")
+
+    todo = sorted((pods for pods in by_plan.values() if interesting(pods)), key=order)
+    blocked = devices or {}
+    return [
+        decide(pods, ledger, now, timeout, wanted.get(g := pods[0].group or ""), started, blocked.get(g, ()))
+        for pods in todo
+    ]

@@ -5,17 +5,21 @@ Notes
 The scheduling cycle calls :meth:`GateKeeper.decide_and_release` once per cycle, after the plans'
 writes and before readiness, with the same snapshot it planned from: the nodes, and every pod its
 pods cache holds (bound ones, Terminating ones, gated ones and released ones not bound yet). It
-reads nothing else (how many pods a plan's Deployments want comes from the Deployments'
-cache, or one listing per plan with gated pods where there is none). The caller writes
-conditions and Events and re-plans the plans whose release timed out; the last decision per
-plan is kept here for the ``Ready`` condition's message.
+reads nothing else from the API server: what each plan's placement puts on each node is its
+``status.applied.units``, from the plans cache. The caller writes conditions and Events and
+re-plans the plans whose release timed out; the last decision per plan is kept here for the
+``Ready`` condition's message.
 
 Pods are found cluster-wide, not through the plans' labels: pods Ragnaros creates from a plan's
 ``values.yaml`` carry the gate and select the plan's node label key, but no label of the plan
 (:func:`~.gang.read_pod` groups them by that key, named back to the plan from the cached plans).
 
+Which instance sets (ReplicaSets) have started is remembered from round to round, for an hour
+after their last pod was seen: a pod recreated after all of its siblings went (two single-replica
+pods deleted at once) is still released on its own.
+
 A gate is lifted with a patch that tests the pod's ``resourceVersion`` as the cache holds it: a
-pod that changed since is left alone and decided again in a later cycle. Nothing is remembered
+pod that changed since is left alone and decided again in a later cycle. Nothing else is remembered
 that the cluster does not show: an operator killed between two gate patches decides again from
 the pods when it restarts, finds the plan's instance sets already started, and releases the rest.
 
@@ -36,7 +40,17 @@ from typing import Any
 from gpuplan_operator import cluster
 from gpuplan_operator.apply import PARALLEL_WRITES, in_context
 from gpuplan_operator.body import PlanBody
-from gpuplan_operator.gang import GangCode, GangDecision, Ledger, NodeIndex, decide_all, is_gated, read_pod
+from gpuplan_operator.gang import (
+    GangCode,
+    GangDecision,
+    GangPod,
+    Ledger,
+    NodeIndex,
+    decide_all,
+    is_gated,
+    read_pod,
+)
+from gpuplan_operator.gang_devices import DeviceIndex, DeviceShortfall
 from gpuplan_operator.kube import KubeApi
 from gpuplan_operator.metrics import Metrics
 from planner import POD, RELEASED_ANNOTATION, is_plan_label_key
@@ -45,6 +59,7 @@ log = logging.getLogger("gpuplan_operator")
 
 GANG_TIMEOUT = 180.0  # seconds a released pod may stay unscheduled before its plan is re-planned
 RETRY = 0.5  # seconds until a gate whose pod changed under the patch is decided again
+STARTED_KEPT = 3600.0  # seconds an instance set with no pod seen is still remembered as started
 
 
 def _in_flight(pod: Mapping[str, Any]) -> bool:
@@ -65,6 +80,61 @@ def _key(pod: Mapping[str, Any]) -> str:
     return f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
 
 
+def _unit(pod: Mapping[str, Any]) -> str | None:
+    """``namespace/unit`` of a pod's instance set, as :func:`~.gang.read_pod` names it (pods of
+    no plan count too: cheaper than telling them apart, and never asked about)."""
+    meta = pod.get("metadata") or {}
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    unit = f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else f"Pod/{meta.get('name')}"
+    return f"{meta.get('namespace')}/{unit}"
+
+
+def _devices(
+    pods: Sequence[GangPod],
+    plans: Sequence[PlanBody],
+    slices: Sequence[Mapping[str, Any]],
+    claims: Sequence[Mapping[str, Any]],
+) -> dict[str, list[DeviceShortfall]]:
+    """Group -> the devices of its plan's placement that cannot be allocated now, for the plans
+    with gated pods that take their GPUs from claims (both names of the group, as
+    :func:`_placements`)."""
+    wanting = {p.group for p in pods if p.gated and p.claims and not p.terminating and p.group}
+    if not wanting:
+        return {}
+    index = DeviceIndex(slices, claims)
+    out: dict[str, list[DeviceShortfall]] = {}
+    for plan in plans:
+        placed = (plan.status.get("applied") or {}).get("devices")
+        groups = {f"{plan.namespace}/{plan.name}", plan.label_key} & wanting
+        if not groups or not isinstance(placed, Mapping):
+            continue
+        live = {p.name for p in pods if p.group in groups and not p.terminating}
+        devices = {str(n): [str(d) for d in names or []] for n, names in placed.items()}
+        short = index.short(plan.namespace, plan.name, devices, live)
+        for group in groups:
+            out[group] = short
+    return out
+
+
+def _placements(plans: Sequence[PlanBody]) -> dict[str, dict[str, dict[str, int]]]:
+    """Group -> node -> resource -> units each plan's placement puts there (``status.applied``),
+    under both names its pods are grouped by: ``namespace/name`` (the plan's label) and the plan's
+    node label key (pods Ragnaros makes from its values.yaml)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for plan in plans:
+        units = (plan.status.get("applied") or {}).get("units")
+        if not isinstance(units, Mapping):
+            continue
+        placed = {
+            str(n): {str(k): int(v) for k, v in (r or {}).items() if isinstance(v, int)}
+            for n, r in units.items()
+            if isinstance(r, Mapping)
+        }
+        out[f"{plan.namespace}/{plan.name}"] = placed
+        out[plan.label_key] = placed
+    return out
+
+
 class GateKeeper:
     """Lifts the gang gates of the plans' pods, round by round."""
 
@@ -82,8 +152,8 @@ class GateKeeper:
         self.decisions: dict[str, GangDecision] = {}  # namespace/name -> the last decision
         self._replanned: dict[str, float] = {}  # namespace/name -> when a timeout last asked for it
         self.due_in: float | None = None  # seconds until a released pod's time is up, if one waits
-        # the plans' Deployments from a watched cache (None: not cached, list them)
-        self.deployments_source: Callable[[str, str], list[dict[str, Any]] | None] | None = None
+        self._started: dict[str, float] = {}  # namespace/unit -> when a pod of it was last seen started
+        self._pruned = 0.0
 
     def waiting(self, namespace: str, name: str) -> str | None:
         """Why the plan's gated pods wait, if the last round said so."""
@@ -95,24 +165,39 @@ class GateKeeper:
         nodes: Sequence[Mapping[str, Any]],
         pods: Sequence[Mapping[str, Any]],
         plans: Sequence[PlanBody],
+        slices: Sequence[Mapping[str, Any]] = (),
+        claims: Sequence[Mapping[str, Any]] = (),
     ) -> list[GangDecision]:
         """Decide on every plan's gated pods and lift the gates the decisions release.
 
         ``pods``: the pods bound to a node and not finished (Terminating ones too) and the pods
-        not bound yet; ``plans``: every plan (to name pods grouped by a plan's node label key).
+        not bound yet; ``plans``: every plan (to name pods grouped by a plan's node label key);
+        ``slices`` and ``claims``: the ResourceSlices and ResourceClaims (DRA), for plans whose
+        gated pods take their GPUs from claims.
         """
         self.due_in = None
+        now = self.clock()
+        self._remember_started(pods, now)
         if not any(is_gated(p) or _in_flight(p) for p in pods):
             self.decisions = {}
             self.metrics.gang_round(0)
             return []
-        now = self.clock()
         index = NodeIndex(nodes)
         raw = {_key(p): p for p in pods}
         seen = [read_pod(p, index) for p in raw.values()]
-        expected = self._expected({p.group for p in seen if p.gated and p.group and not p.terminating})
         ledger = Ledger(index, seen)
-        decisions = [self._named(d, plans) for d in decide_all(seen, ledger, now, self.timeout, expected)]
+        decisions = [
+            self._named(d, plans)
+            for d in decide_all(
+                seen,
+                ledger,
+                now,
+                self.timeout,
+                _placements(plans),
+                self._started,
+                _devices(seen, plans, slices, claims),
+            )
+        ]
         at = _iso(now)
         still_gated = sum(1 for p in seen if p.gated and not p.terminating and p.group is not None)
         in_flight = [p.released for p in seen if p.released is not None and not p.bound and not p.terminating]
@@ -144,17 +229,14 @@ class GateKeeper:
         self.metrics.gang_round(still_gated)
         return decisions
 
-    def _expected(self, groups: set[str]) -> dict[str, int]:
-        """Plan -> the pods its Deployments want, for plans with gated pods (pods Ragnaros makes,
-        grouped by a node label key, have no Deployments to ask)."""
-        out: dict[str, int] = {}
-        for group in sorted(g for g in groups if not is_plan_label_key(g)):
-            namespace, name = group.split("/", 1)
-            cached = self.deployments_source(namespace, name) if self.deployments_source else None
-            if (deployments := cached) is None:
-                deployments = cluster.list_plan_deployments(self.kube, namespace, name)
-            out[group] = sum(int((d.get("spec") or {}).get("replicas", 1)) for d in deployments)
-        return out
+    def _remember_started(self, pods: Sequence[Mapping[str, Any]], now: float) -> None:
+        """Note the instance sets with a pod not gated (started), forget those unseen for long."""
+        for pod in pods:
+            if not is_gated(pod) and (unit := _unit(pod)) is not None:
+                self._started[unit] = now
+        if now - self._pruned > STARTED_KEPT:
+            self._started = {u: t for u, t in self._started.items() if now - t <= STARTED_KEPT}
+            self._pruned = now
 
     @staticmethod
     def _named(decision: GangDecision, plans: Sequence[PlanBody]) -> GangDecision:

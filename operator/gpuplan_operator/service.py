@@ -546,12 +546,17 @@ class PlanService:
     # --- all-or-nothing deploys ---------------------------------------------------------------
 
     def release_gates(
-        self, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], plans: Sequence[PlanBody]
+        self,
+        nodes: Sequence[Mapping[str, Any]],
+        pods: Sequence[Mapping[str, Any]],
+        plans: Sequence[PlanBody],
+        slices: Sequence[Mapping[str, Any]] = (),
+        claims: Sequence[Mapping[str, Any]] = (),
     ) -> list[GangDecision]:
         """The cycle's release action (lock held): one round of the gang gates over the cycle's
         snapshot, and an Event where a plan's decision changed. The cycle re-plans the plans for
         which :meth:`gang_timed_out` says so."""
-        decisions = self.gates.decide_and_release(nodes, pods, plans)
+        decisions = self.gates.decide_and_release(nodes, pods, plans, slices, claims)
         seen = {d.plan for d in decisions}
         for key in [k for k in self._gang_codes if k not in seen]:
             del self._gang_codes[key]

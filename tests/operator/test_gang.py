@@ -244,18 +244,6 @@ def test_cpu_requests_count_as_the_scheduler_counts_them() -> None:
     assert "a needs 40000 millicores cpu, 32000 free" in decision.message
 
 
-def test_a_group_waits_until_every_pod_its_deployments_want_exists() -> None:
-    """ReplicaSets create pods over a few seconds: the first ones must not start without the rest."""
-    index = NodeIndex([node("a"), node("b")])
-    pods = [read_pod(gated("x", 4, "a"), index)]
-    (early,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
-    assert early.code is GangCode.WAITING and not early.releases
-    assert "1 more pod(s) of the plan not created yet" in early.message
-    pods.append(read_pod(gated("y", 4, "b"), index))
-    (complete,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
-    assert complete.code is GangCode.RELEASED and len(complete.releases) == 2
-
-
 def test_a_group_waiting_longer_than_the_timeout_is_stuck_and_says_it_is_re_planned() -> None:
     """Cards held by something the plan did not count (a pod bound by hand): the group waits, and
     once it has waited longer than the timeout the plan is re-planned around it."""
@@ -270,10 +258,151 @@ def test_a_group_waiting_longer_than_the_timeout_is_stuck_and_says_it_is_re_plan
     assert free.code is GangCode.RELEASED and not free.stuck
 
 
-def test_a_group_still_waiting_for_its_own_pods_is_not_stuck() -> None:
-    """At 1,000 nodes a plan's Deployments take minutes to write: its first pods wait longer than
-    the timeout for the last ones to exist. That is no reason to re-plan."""
-    index = NodeIndex([node("a"), node("b")])
-    pods = [read_pod(gated("x", 4, "a", created_ago=TIMEOUT + 60), index)]
-    (early,) = decide_all(pods, Ledger(index, pods), NOW, TIMEOUT, {"ns/p": 2})
-    assert early.code is GangCode.WAITING and not early.stuck
+PLANNED = {"ns/p": {"a": {"nvidia.com/gpu": 4, "cpu": 1}, "b": {"nvidia.com/gpu": 8, "cpu": 1}}}
+
+
+def decide_planned(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    planned: dict[str, Any] = PLANNED,
+    started: tuple[str, ...] = (),
+) -> dict[str, GangDecision]:
+    index = NodeIndex(nodes)
+    seen = [read_pod(p, index) for p in pods]
+    return {d.plan: d for d in decide_all(seen, Ledger(index, seen), NOW, TIMEOUT, planned, started)}
+
+
+def test_a_pod_is_released_as_soon_as_it_exists_when_the_whole_plan_fits() -> None:
+    """The placement says a gets 4 cards and b 8; only a's pod exists yet. Both nodes have the
+    room for the whole plan, so a's pod goes now, while b's is still being created."""
+    nodes = [node("a"), node("b")]
+    first = decide_planned(nodes, [gated("x", 4, "a")])["ns/p"]
+    assert first.code is GangCode.RELEASED and [r.pod.name for r in first.releases] == ["x"]
+    later = decide_planned(
+        nodes, [pod("x", 4, planned="a", rs="x-rs", released_ago=1), gated("y", 8, "b", rs="y-rs")]
+    )["ns/p"]
+    assert later.code is GangCode.RELEASED and [r.pod.name for r in later.releases] == ["y"]
+
+
+def test_no_pod_is_released_while_a_node_lacks_the_cards_of_pods_not_created_yet() -> None:
+    """b's pod does not exist yet and b holds a foreign pod: a's pod must not start alone."""
+    nodes = [node("a"), node("b")]
+    (decision,) = decide_planned(
+        nodes, [gated("x", 4, "a"), pod("foreign", 2, plan=None, bound="b")]
+    ).values()
+    assert decision.code is GangCode.WAITING and not decision.releases
+    assert "b needs 8 nvidia.com/gpu, 6 free" in decision.message
+
+
+def test_the_cards_of_a_plan_s_pods_still_to_come_are_not_given_to_another_plan() -> None:
+    """p released a's pod and waits for b's to be created (nothing of it gated now); q's gated pod
+    on b would take the cards p's pod is due to take."""
+    nodes = [node("a"), node("b")]
+    pods = [
+        pod("x", 4, planned="a", bound="a", released_ago=2),
+        gated("q1", 4, "b", plan="q", created_ago=60),
+    ]
+    planned = {**PLANNED, "ns/q": {"b": {"nvidia.com/gpu": 4}}}
+    decisions = decide_planned(nodes, pods, planned)
+    assert decisions["ns/q"].code is GangCode.WAITING
+    assert "b needs 4 nvidia.com/gpu, 0 free" in decisions["ns/q"].message
+
+
+def test_a_plan_whose_cards_are_free_waits_for_nothing_of_its_own() -> None:
+    """At 1,000 nodes a plan's Deployments take minutes to write: its first pods go at once (never
+    stuck behind the last ones); a group short of cards past the timeout is stuck."""
+    nodes = [node("a"), node("b")]
+    early = decide_planned(nodes, [gated("x", 4, "a", created_ago=TIMEOUT + 60)])["ns/p"]
+    assert early.code is GangCode.RELEASED and not early.stuck
+    held = pod("foreign", 1, plan=None, bound="b")
+    late = decide_planned(nodes, [gated("x", 4, "a", created_ago=TIMEOUT + 60), held])["ns/p"]
+    assert late.code is GangCode.WAITING and late.stuck
+
+
+def test_a_plan_s_own_leaving_pod_does_not_count_for_its_new_one() -> None:
+    """A re-plan moved an instance: the old pod (not Terminating yet) still holds a's cards, and the
+    placement puts a new 4-card instance there. The new pod waits for the old one to go."""
+    nodes = [node("a", cards=4), node("b")]
+    pods = [pod("old", 4, planned="a", bound="a", rs="old-rs"), gated("new", 4, "a", rs="new-rs")]
+    (decision,) = decide_planned(nodes, pods, {"ns/p": {"a": {"nvidia.com/gpu": 4}}}).values()
+    assert decision.code is GangCode.WAITING and "a needs 4 nvidia.com/gpu, 0 free" in decision.message
+
+
+def test_two_recreated_pods_go_each_as_soon_as_its_node_has_room() -> None:
+    """Two single-replica pods of a running plan deleted at once (their old pods gone): their
+    instance sets had started, so the one whose node has room goes without the other."""
+    nodes = [node("a"), node("b")]
+    pods = [
+        gated("x2", 4, "a", rs="x-rs"),
+        gated("y2", 8, "b", rs="y-rs"),
+        pod("foreign", 8, plan=None, bound="b"),
+    ]
+    started = ("ns/ReplicaSet/x-rs", "ns/ReplicaSet/y-rs")
+    decision = decide_planned(nodes, pods, started=started)["ns/p"]
+    assert decision.code is GangCode.WAITING
+    assert [(r.pod.name, r.code) for r in decision.releases] == [("x2", GangCode.RECREATED)]
+    assert "b needs 8 nvidia.com/gpu, 0 free" in decision.message
+    forgotten = decide_planned(nodes, pods)["ns/p"]  # an operator restarted: both wait, as a new group
+    assert forgotten.code is GangCode.WAITING and not forgotten.releases
+
+
+def slice_of(node_name: str, *devices: str) -> dict[str, Any]:
+    return {
+        "spec": {
+            "nodeName": node_name,
+            "driver": "gpu.example.com",
+            "pool": {"name": node_name},
+            "devices": [{"name": d} for d in devices],
+        }
+    }
+
+
+def claim(
+    name: str, node_name: str, devices: list[str], plan: str | None = None, pod: str | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns"}
+    if plan:
+        meta["labels"] = {"gpuplan.ragnaros.io/plan": plan}
+    if pod:
+        meta["ownerReferences"] = [{"kind": "Pod", "name": pod, "controller": True}]
+    results = [{"driver": "gpu.example.com", "pool": node_name, "device": d} for d in devices]
+    return {"metadata": meta, "status": {"allocation": {"devices": {"results": results}}}}
+
+
+def claimed(name: str, planned: str, **kw: Any) -> dict[str, Any]:
+    """A gated pod taking its GPUs from a claim (no card count)."""
+    p = gated(name, 0, planned, **kw)
+    p["spec"]["containers"][0]["resources"] = {}
+    p["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": f"{name}-tpl"}]
+    return p
+
+
+def test_claim_pods_wait_until_every_device_of_the_placement_can_be_allocated() -> None:
+    """The plan's devices are gpu-2/3 on a and gpu-0 on b; another workload's claim holds b's
+    gpu-0. No pod of the plan goes (a's would, by its card count: it asks none) until it is free;
+    the plan's own claim of a pod still there holds a device the plan counts already."""
+    from gpuplan_operator.gang_devices import DeviceIndex
+
+    nodes = [node("a"), node("b")]
+    placed = {"a": ["gpu-2", "gpu-3"], "b": ["gpu-0"]}
+    slices = [slice_of("a", "gpu-0", "gpu-1", "gpu-2", "gpu-3"), slice_of("b", "gpu-0", "gpu-1")]
+    pods = [claimed("x", "a"), claimed("y", "b"), pod("run", 0, planned="a", bound="a")]
+    index = NodeIndex(nodes)
+    seen = [read_pod(p, index) for p in pods]
+    assert seen[0].claims
+
+    def decision(claims: list[dict[str, Any]]) -> GangDecision:
+        short = DeviceIndex(slices, claims).short("ns", "p", placed, {"x", "y", "run"})
+        (d,) = decide_all(seen, Ledger(index, seen), NOW, TIMEOUT, {}, (), {"ns/p": short})
+        return d
+
+    held = decision([claim("other", "b", ["gpu-0"]), claim("own", "a", ["gpu-3"], plan="p", pod="run")])
+    assert held.code is GangCode.WAITING and not held.releases
+    assert "b: device gpu-0 held by claim ns/other" in held.message
+    assert "gpu-3" not in held.message  # the plan's own claim, for its pod still there
+    leaving = decision([claim("old", "a", ["gpu-3"], plan="p", pod="gone")])  # its pod is gone
+    assert leaving.code is GangCode.WAITING and "a: device gpu-3 held by claim ns/old" in leaving.message
+    missing = DeviceIndex(slices[:1], []).short("ns", "p", placed, set())
+    assert [s.text() for s in missing] == ["b: device gpu-0 not published in its ResourceSlices"]
+    free = decision([])
+    assert free.code is GangCode.RELEASED and {r.pod.name for r in free.releases} == {"x", "y"}

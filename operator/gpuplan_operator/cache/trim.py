@@ -73,7 +73,7 @@ def pod(obj: Mapping[str, Any]) -> JSON:
     }
     if spec.get("initContainers"):
         out_spec["initContainers"] = [_container(c) for c in spec["initContainers"]]
-    for key in ("nodeName", "nodeSelector"):
+    for key in ("nodeName", "nodeSelector", "resourceClaims"):  # claims: the gang release's device check
         if spec.get(key):
             out_spec[key] = spec[key]
     unbound = not spec.get("nodeName")

@@ -11,8 +11,9 @@ hold now. A plan whose :class:`~.order.Inputs` did not change is neither planned
 
 After the plans, the gang gates' release (:mod:`~gpuplan_operator.release`): from the same
 snapshot's nodes and the pods cache (bound pods, Terminating ones, gated ones and released ones
-on their way), the gated pods of a plan are released together once every planned node has their
-cards. A plan whose released pods were not scheduled in time is re-planned by the next cycle.
+on their way), the gated pods of a plan are released as they appear once every planned node has
+the cards of all of the plan's pods there. A plan whose released pods were not scheduled in time
+is re-planned by the next cycle.
 
 Then the readiness of applied plans whose pods changed (or which were not Ready)
 is checked against the pods' cache. A failed plan (``Error``) is tried again after a backoff,
@@ -103,7 +104,6 @@ class Cycle:
         self.replan: set[str] = set()  # uids the gang release asked to re-plan (timed out)
         service.pods_source = lambda plan: cache.plan_pods(plan.labels)
         service.deployments_source = cache.namespace_deployments
-        service.gates.deployments_source = cache.plan_deployments
         service.on_status = cache.assume_plan
         service.on_written = cache.assume_written
 
@@ -296,7 +296,8 @@ class Cycle:
             mine = self._serves_namespace
             pods = [p for p in pods if not is_gated(p) or mine(p["metadata"].get("namespace"))]
         try:
-            decisions = self.service.release_gates(read.nodes["items"], pods, plans)
+            slices, claims = (read.slices or {}).get("items") or [], (read.claims or {}).get("items") or []
+            decisions = self.service.release_gates(read.nodes["items"], pods, plans, slices, claims)
         except ApiException as e:  # the API server is away: the next cycle decides again
             log.warning("releasing gated pods failed (%s); again in a moment", api_error_message(e))
             report.soon(self.options.ready_poll)
