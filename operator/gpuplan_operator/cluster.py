@@ -197,6 +197,12 @@ def list_deployments(kube: KubeApi, namespace: str, selector: str | None = None)
 NOT_MANAGED = ",".join(f"{k}!={v}" for k, v in MANAGED_BY.items())  # objects of every other owner
 
 
+def of_plan(objects: Iterable[JSON], name: str) -> list[JSON]:
+    """The objects carrying the plan ``name``'s labels (what a listing by its selector returns)."""
+    wanted = plan_labels(name).items()
+    return [o for o in objects if wanted <= ((o.get("metadata") or {}).get("labels") or {}).items()]
+
+
 def read_for_apply(
     kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[JSON], managed: list[JSON] | None = None
 ) -> Observed:
@@ -208,8 +214,7 @@ def read_for_apply(
         mine = list_plan_deployments(kube, ns, plan.name)
         read_all = lambda: _by_name(list_deployments(kube, ns))  # noqa: E731
     else:
-        wanted = plan_labels(plan.name).items()
-        mine = [d for d in managed if wanted <= ((d.get("metadata") or {}).get("labels") or {}).items()]
+        mine = of_plan(managed, plan.name)
         # the others' names: the operator's from the cache, the rest in one listing of only them
         read_all = lambda: _by_name([*managed, *list_deployments(kube, ns, NOT_MANAGED)])  # noqa: E731
     return Observed(

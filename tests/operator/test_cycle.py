@@ -11,7 +11,7 @@ from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others
 from gpuplan_operator.cycle.session import Cycle
 from gpuplan_operator.service import Options, PlanService
 
-from tests.operator.builders import NODES, NOW, PLANS_NS, cluster, node, plan
+from tests.operator.builders import NODES, NOW, PLANS_NS, cluster, node, plan, pod
 from tests.operator.fake_kube import FakeKube
 
 
@@ -269,6 +269,15 @@ def test_a_re_plan_compares_with_the_cached_deployments_and_the_cache_follows_it
     assert all("status" not in d and "managedFields" not in d["metadata"] for d in cached)
     writes = len(kube.writes)
     assert cycle.run().planned == [] and len(kube.writes) == writes
+
+    labels = {"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": "d"}
+    kube.put(
+        "api/v1/namespaces/ns/pods",
+        {**pod("d-0", "p4-0", 8, labels), "metadata": {"name": "d-0", "namespace": "ns", "labels": labels}},
+    )
+    assert cache.pods.replace(kube.request("GET", "/api/v1/pods")["items"])
+    assert cycle.run().checked == 1  # its pods changed: readiness from the cached Deployments
+    assert kube.deployment_lists == lists
 
 
 def test_deployments_are_watched_where_the_operator_writes() -> None:

@@ -28,11 +28,11 @@ from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cache import trim
 from gpuplan_operator.cache.informer import RESYNC, SILENCE, WATCH_SECONDS, Informer, Watcher
 from gpuplan_operator.cache.store import Store, key_of
-from gpuplan_operator.cluster import DRA_API, NRT_API, PLAN_API, ClusterRead
+from gpuplan_operator.cluster import DRA_API, NRT_API, PLAN_API, ClusterRead, of_plan
 from gpuplan_operator.kube import path_for
 from gpuplan_operator.watch import node_fingerprint, slice_fingerprint, topology_fingerprint
 from gpuplan_operator.writes import Verb, Write
-from planner import DEPLOYMENT, MANAGED_BY, PLURAL, plan_labels
+from planner import DEPLOYMENT, MANAGED_BY, PLURAL
 
 NODES, PODS, SLICES, CLAIMS, TOPOLOGIES, PLANS, DEPLOYMENTS = (
     "nodes",
@@ -74,11 +74,6 @@ def _plan(obj: Mapping[str, Any]) -> dict[str, Any]:
     out["metadata"] = {**out["metadata"], "annotations": notes}
     out.setdefault("apiVersion", PLAN_API)
     return out
-
-
-def of_plan(deployments: Iterable[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-    want = plan_labels(name).items()
-    return [d for d in deployments if want <= ((d.get("metadata") or {}).get("labels") or {}).items()]
 
 
 def _node_fp(node: Mapping[str, Any]) -> Any:
