@@ -19,8 +19,9 @@ instances schedule, and preempt, first: pods of 5, 4, 4 and 3 cards placed one a
 All-or-nothing (``gang: plan``, the default): every pod spec (the entry's ``podAttributes`` and
 each Deployment's template) carries the scheduling gate ``gpuplan.ragnaros.io/gang``. A gate can
 only be removed from a pod, never added, so it must be there from creation; kube-scheduler leaves
-a gated pod alone, and the operator lifts the gates of a plan's pods together once every one of
-them has the free cards on its planned node. ``gang: none`` renders no gate.
+a gated pod alone, and the operator lifts a plan's gates only once the whole plan can start
+(every planned node has the free cards for all of the plan's instances there), each pod as it
+appears from then on. ``gang: none`` renders no gate.
 
 Link services follow their operator's ``linkStrategy``: shared link services run as
 extra operators in the key service's flamewaker (one per started link), detached ones get
