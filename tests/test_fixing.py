@@ -34,7 +34,9 @@ def instances(draw: st.DrawFn) -> tuple[int, list[int], int, list[int] | None]:
 
 @settings(max_examples=120, deadline=None)
 @given(instances())
-def test_the_reduced_graph_still_packs_whatever_fits(case: tuple[int, list[int], int, list[int] | None]) -> None:
+def test_the_reduced_graph_still_packs_whatever_fits(
+    case: tuple[int, list[int], int, list[int] | None],
+) -> None:
     # any weights give a valid reduction (None: the LP's own duals, the ones used in earnest):
     # the arc-flow model over what is left must pack exactly when the exhaustive search does
     capacity, sizes, nodes, weights = case
@@ -75,7 +77,9 @@ def test_an_lp_bound_one_node_short_is_closed_by_fixing() -> None:
 @pytest.mark.parametrize(
     ("nodes", "status"),
     [
-        pytest.param(5, SolveStatus.INFEASIBLE, id="an LP bound of exactly 5 nodes, no packing on 5: refuted"),
+        pytest.param(
+            5, SolveStatus.INFEASIBLE, id="an LP bound of exactly 5 nodes, no packing on 5: refuted"
+        ),
         pytest.param(6, SolveStatus.OPTIMAL, id="the same instance on 6 nodes: packed"),
     ],
 )

@@ -127,7 +127,9 @@ def caps(bins: Bins, weights: Sequence[int], seconds: float = 1.0) -> list[int]:
     units all the nodes leave free together (``slack``), so it fills at least ``free − slack``:
     the exact bounded knapsack with that floor (an upper bound of it where it is cut short).
     """
-    slack = sum(f * n for f, n in bins.classes) - sum(g * d for g, d in zip(bins.sizes, bins.demand, strict=True))
+    slack = sum(f * n for f, n in bins.classes) - sum(
+        g * d for g, d in zip(bins.sizes, bins.demand, strict=True)
+    )
     w = [max(0, int(x)) for x in weights]
     return [
         knapsack(w, bins.sizes, bins.demand, free, seconds, floor=max(0, free - slack))[0]

@@ -384,7 +384,9 @@ def solve(problem: TypeProblem, seconds: float) -> Packing:
     if not lp.refuted and not lp.converged and lp.value > bins.nodes + 1e-6:
         # even the patterns found so far need more nodes than there are: the bound may yet
         # refute, and nothing can be packed before it settles, so it gets more of the time
-        lp = lp_bound(bins, start + seconds * LP_MORE - time.monotonic(), lp.columns, waste=WASTE, settle=True)
+        lp = lp_bound(
+            bins, start + seconds * LP_MORE - time.monotonic(), lp.columns, waste=WASTE, settle=True
+        )
     proof = refute_lp(bins, lp)
     if proof is not None:
         return Packing(None, lp, "refuted", proof.reason, proof.items)
