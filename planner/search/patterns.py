@@ -56,7 +56,7 @@ ARCFLOW_SHARE = 0.6  # until this share of the time has passed (the dive then ha
 FIXING_ARCS = 100_000  # a larger graph is not built, even to be reduced by the LP's duals
 ARCFLOW_LEAST = 0.3  # ... and at least this share, however long the LP took
 FIXING_CELLS = 3_000_000  # capacity × sizes past which the graph is not even tried (it would not fit)
-SETTLE_SHARE = 0.3  # of the arc-flow's time, what taking the LP to its optimum may use
+SETTLE_SHARE = 0.5  # of the arc-flow's time, what taking the LP to its optimum may use
 
 
 def eligible(problem: TypeProblem) -> bool:
@@ -380,13 +380,11 @@ def solve(problem: TypeProblem, seconds: float) -> Packing:
     """Pack an :func:`eligible` type: a placement, a refutation, or neither within ``seconds``."""
     start = time.monotonic()
     bins = bins_of(problem, [it.index for it in problem.items])
-    lp = lp_bound(bins, seconds * LP_SHARE, waste=WASTE, settle=True)
+    lp = lp_bound(bins, seconds * LP_SHARE, waste=WASTE)
     if not lp.refuted and not lp.converged and lp.value > bins.nodes + 1e-6:
         # even the patterns found so far need more nodes than there are: the bound may yet
         # refute, and nothing can be packed before it settles, so it gets more of the time
-        lp = lp_bound(
-            bins, start + seconds * LP_MORE - time.monotonic(), lp.columns, waste=WASTE, settle=True
-        )
+        lp = lp_bound(bins, start + seconds * LP_MORE - time.monotonic(), lp.columns, waste=WASTE)
     proof = refute_lp(bins, lp)
     if proof is not None:
         return Packing(None, lp, "refuted", proof.reason, proof.items)
