@@ -328,6 +328,7 @@ def lp_bound(
     seconds: float,
     columns: Sequence[tuple[int, tuple[int, ...]]] = (),
     waste: bool = False,
+    settle: bool = False,
 ) -> LpBound:
     """The Gilmore–Gomory bound of ``bins`` by column generation, with its checked certificate.
 
@@ -340,6 +341,9 @@ def lp_bound(
     alone is stronger, and it is the one whose rounding packs. Its certificate weighs the
     patterns of at least ``capacity − slack`` units only. Where no such pattern covers a size
     yet, an artificial column (cost 2) keeps the master feasible.
+
+    ``settle``: go on until the LP optimum is reached (or the time is up) even when its rounding
+    is already known; reduced-cost fixing needs the optimal duals, not just the rounded bound.
     """
     from ortools.linear_solver import pywraplp
 
@@ -419,7 +423,10 @@ def lp_bound(
         if (
             single
             and lower > 0
-            and (lower > bins.nodes + 1e-9 or math.ceil(lower - 1e-9) >= math.ceil(value - 1e-9))
+            and (
+                lower > bins.nodes + 1e-9
+                or (not settle and math.ceil(lower - 1e-9) >= math.ceil(value - 1e-9))
+            )
         ):
             break  # refuted, or the rounded-up bound is settled: more rounds change nothing
         # Wentges smoothing: price at a point between the best duals so far and the master's, so

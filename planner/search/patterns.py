@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.model.options import TypeProblem
-from planner.search import arcflow
+from planner.search import arcflow, fixing
 from planner.search.bounds import Bins, LpBound, bins_of, l2, lp_bound, refute_lp
 from planner.search.place import NodeCounts
 
@@ -53,6 +53,10 @@ LP_SHARE = 0.4  # the LP bound's share of the time
 LP_MORE = 0.8  # ... up to this share while its patterns so far do not fit the nodes
 ARCFLOW_ARCS = 5_000  # the arc-flow model is tried when its compressed graph has at most this many arcs
 ARCFLOW_SHARE = 0.6  # until this share of the time has passed (the dive then has the rest)
+FIXING_ARCS = 100_000  # a larger graph is not built, even to be reduced by the LP's duals
+ARCFLOW_LEAST = 0.3  # ... and at least this share, however long the LP took
+FIXING_CELLS = 3_000_000  # capacity × sizes past which the graph is not even tried (it would not fit)
+SETTLE_SHARE = 0.5  # of the arc-flow's time, what taking the LP to its optimum may use
 
 
 def eligible(problem: TypeProblem) -> bool:
@@ -334,15 +338,32 @@ def place(problem: TypeProblem, bins: Bins, chosen: Sequence[Column]) -> list[No
     return placed
 
 
-def _arcflow(bins: Bins, deadline: float) -> arcflow.Flow | None:
-    """The exact arc-flow model, when its graph is small enough to pay off (None: not tried)."""
-    left = deadline - time.monotonic()
-    if left < 0.1:
-        return None
-    built = arcflow.graphs(bins, ARCFLOW_ARCS)
+def _arcflow(bins: Bins, lp: LpBound, deadline: float) -> tuple[arcflow.Flow | None, LpBound]:
+    """The exact arc-flow model, when its graph (reduced by the LP's duals) is small enough.
+
+    A graph of more than :data:`ARCFLOW_ARCS` arcs is first reduced (:mod:`fixing`), with the LP
+    taken to its optimum for the sharpest duals; the LP so settled is handed back (it may refute,
+    and its columns steer the dive). None: the model was not tried.
+    """
+    if deadline - time.monotonic() < 0.1 or bins.largest * len(bins.sizes) > FIXING_CELLS:
+        return None, lp
+    built = arcflow.graphs(bins, FIXING_ARCS)
     if built is None:
-        return None
-    return arcflow.solve(bins, deadline - time.monotonic(), built)
+        return None, lp
+    before = sum(len(g.arcs) for g in built)
+    if before > ARCFLOW_ARCS:
+        if not lp.converged:
+            left = (deadline - time.monotonic()) * SETTLE_SHARE
+            lp = lp_bound(bins, max(0.05, left), lp.columns, waste=WASTE, settle=True)
+            if lp.refuted:
+                return None, lp
+        red = fixing.reduce(bins, built, lp.weights, fixing.caps(bins, lp.weights))
+        if red.refuted:
+            return arcflow.Flow(None, True, before, 0.0), lp
+        if red.after > ARCFLOW_ARCS:
+            return None, lp
+        built = list(red.graphs)
+    return arcflow.solve(bins, deadline - time.monotonic(), built), lp
 
 
 def _undecided(bins: Bins, lp: LpBound) -> str:
@@ -370,7 +391,14 @@ def solve(problem: TypeProblem, seconds: float) -> Packing:
     rounded = _rounding(bins, lp) if lp.primal else None
     if rounded is not None:
         return Packing(place(problem, bins, rounded), lp, "rounding")
-    flow = _arcflow(bins, start + seconds * ARCFLOW_SHARE)
+    # the arc-flow model gets its share, and at least ARCFLOW_LEAST of the time even when the LP
+    # took long to settle (it is the one that packs or refutes the tight ones)
+    now = time.monotonic()
+    until = max(start + seconds * ARCFLOW_SHARE, min(start + seconds * 0.9, now + seconds * ARCFLOW_LEAST))
+    flow, lp = _arcflow(bins, lp, until)
+    proof = refute_lp(bins, lp)
+    if proof is not None:
+        return Packing(None, lp, "refuted", proof.reason, proof.items)
     if flow is not None and flow.columns is not None:
         return Packing(place(problem, bins, flow.columns), lp, "arc-flow")
     if flow is not None and flow.refuted:
