@@ -5,7 +5,8 @@
 # nodes alone (it manages only nodes without the gpuplan.ragnaros.io/kubelet label).
 #
 # Each node, real-000 .. real-<N-1>, advertises GPUS cards of nvidia.com/gpu through the device
-# plugin, is labelled gpuplan.ragnaros.io/gpu-type=L4 and gpuplan.ragnaros.io/kubelet=real, and is
+# plugin and DRA_GPUS other fake cards in DRA_DOMAINS PCIe roots through a DRA kubelet plugin
+# (driver DRA_DRIVER: one ResourceSlice per node, claims prepared through CDI), is labelled gpuplan.ragnaros.io/gpu-type=L4 and gpuplan.ragnaros.io/kubelet=real, and is
 # tainted gpuplan.ragnaros.io/kubelet=real:NoSchedule, so that only pods that tolerate it (the
 # real-kubelet tests) land there and the kwok suites never see them.
 #
@@ -15,7 +16,9 @@
 # Writes <repo>/.cluster/kubelets.env (node names, the workload image) for the tests.
 #
 # Usage: bash hack/kubelet-up.sh N      (N = 0 removes every real node)
-# Env:   KUBELET_GPUS (fake cards per node, default 4), GPUPLAN_CLUSTER_TIMEOUT (default 180)
+# Env:   KUBELET_GPUS (fake cards per node, default 4), KUBELET_DRA_GPUS (fake DRA cards per node,
+#        default 4; 0 = no DRA plugin), KUBELET_DRA_DOMAINS (their PCIe roots, default 2),
+#        GPUPLAN_CLUSTER_TIMEOUT (default 180)
 set -euo pipefail
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,6 +33,11 @@ COUNT="${1:?usage: kubelet-up.sh N}"
 [[ "${COUNT}" =~ ^[0-9]+$ ]] || die "N must be a number of nodes, got '${COUNT}'"
 GPUS="${KUBELET_GPUS:-4}"
 [[ "${GPUS}" =~ ^[0-9]+$ ]] || die "KUBELET_GPUS must be a number of cards, got '${GPUS}'"
+DRA_GPUS="${KUBELET_DRA_GPUS:-4}"
+DRA_DOMAINS="${KUBELET_DRA_DOMAINS:-2}"
+[[ "${DRA_GPUS}" =~ ^[0-9]+$ ]] || die "KUBELET_DRA_GPUS must be a number of cards, got '${DRA_GPUS}'"
+[[ "${DRA_DOMAINS}" =~ ^[1-9][0-9]*$ ]] && ((DRA_GPUS % DRA_DOMAINS == 0)) ||
+  die "KUBELET_DRA_DOMAINS must split KUBELET_DRA_GPUS=${DRA_GPUS} into equal PCIe roots, got '${DRA_DOMAINS}'"
 TIMEOUT="${GPUPLAN_CLUSTER_TIMEOUT:-180}"
 [[ -s "${KUBECONFIG_OUT}" ]] || die "no ${KUBECONFIG_OUT}: start the cluster first (bash hack/cluster-up.sh)"
 use_bin_dir "${GPUPLAN_BIN_DIR}"
@@ -73,7 +81,7 @@ done
 
 # What a running node must match to be kept: its cards, the API server it joined (a recreated
 # cluster listens on another port) and the images its containerd imported when it started.
-NODE_KEY="gpus=${GPUS},port=${PORT},images=${IMAGES_DIR##*/}"
+NODE_KEY="gpus=${GPUS},dra=${DRA_GPUS}/${DRA_DOMAINS},port=${PORT},images=${IMAGES_DIR##*/}"
 # podman leaves a monitor process (conmon) beside each container for the container's whole life,
 # and it inherits every open descriptor but 0-2: a caller's lock (cluster-up.sh holds one) or pipe
 # would stay open as long as the node runs. Close them first.
@@ -104,6 +112,7 @@ for ((i = 0; i < COUNT; i++)); do
     --name "${container}" --hostname "${name}" \
     --label "${CONTAINER_LABEL}=${CLUSTER_KEY}" --label "gpuplan.node=${NODE_KEY}" \
     --env NODE_NAME="${name}" --env POD_CIDR="10.244.$((i + 1)).0/24" --env GPUS="${GPUS}" \
+    --env DRA_GPUS="${DRA_GPUS}" --env DRA_DOMAINS="${DRA_DOMAINS}" --env DRA_DRIVER="${DRA_DRIVER}" \
     --env PAUSE_IMAGE="${PAUSE_IMAGE}" --env NODE_LABELS="${LABELS}" --env NODE_TAINTS="${TAINTS}" \
     --volume "${KUBELET_DIR}/kubeconfig:/etc/kubernetes/kubeconfig:ro" \
     --volume "${IMAGES_DIR}:/images:ro" \
@@ -119,6 +128,11 @@ nodes_ready() {
     want="True"
     ((GPUS > 0)) && want="True ${GPUS}"
     [[ "${got% }" == "${want}" ]] || return 1
+    ((DRA_GPUS > 0)) || continue
+    # the DRA plugin's slice of this node, with all its devices
+    got="$(kc get resourceslices --field-selector "spec.nodeName=${name},spec.driver=${DRA_DRIVER}" \
+      -o jsonpath='{range .items[*]}{range .spec.devices[*]}{.name}{" "}{end}{end}' 2>/dev/null)" || return 1
+    [[ "$(wc -w <<<"${got}")" == "${DRA_GPUS}" ]] || return 1
   done
 }
 containers_alive() {
@@ -132,7 +146,7 @@ containers_alive() {
   done
 }
 ready_or_dead() { containers_alive || exit 1; nodes_ready; }
-poll "${TIMEOUT}" "${COUNT} real nodes to be Ready with ${GPUS} nvidia.com/gpu each" ready_or_dead ||
+poll "${TIMEOUT}" "${COUNT} real nodes to be Ready with ${GPUS} nvidia.com/gpu and ${DRA_GPUS} DRA devices each" ready_or_dead ||
   die "real nodes not Ready after ${TIMEOUT}s; see: podman exec $(container_name real-000) tail /var/log/kubelet.log"
 
 # A pod network across the nodes, as a host-gw CNI would make it: each node routes every other
@@ -155,6 +169,9 @@ done
   printf 'KUBELET_NODES="%s"\n' "${NODES[*]}"
   printf 'KUBELET_GPUS=%s\n' "${GPUS}"
   printf 'KUBELET_GPU_TYPE=%s\n' "${REAL_GPU_TYPE}"
+  printf 'KUBELET_DRA_DRIVER=%s\n' "${DRA_DRIVER}"
+  printf 'KUBELET_DRA_GPUS=%s\n' "${DRA_GPUS}"
+  printf 'KUBELET_DRA_DOMAINS=%s\n' "${DRA_DOMAINS}"
   printf 'WORKLOAD_IMAGE=%s\n' "${WORKLOAD_IMAGE}"
   printf 'PAUSE_IMAGE=%s\n' "${PAUSE_IMAGE}"
 } >"${KUBELET_DIR}/kubelets.env"

@@ -6,7 +6,8 @@ Notes
   there are none it fails, in CI and elsewhere: a suite about real kubelets that skipped for want
   of them would prove nothing, and podman missing is a broken setup, not a reason to pass.
 - ``hack/kubelet-up.sh`` writes ``.cluster/kubelets/kubelets.env``: the nodes' names, their cards
-  and the workload image that their containerd holds (nothing can be pulled).
+  (the device plugin's and the DRA plugin's) and the workload image that their containerd holds
+  (nothing can be pulled).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class RealNodes:
     gpus: int  # fake cards per node (the device plugin's devices)
     gpu_type: str  # the nodes' gpuplan.ragnaros.io/gpu-type
     image: str  # the workload image every node's containerd holds
+    dra_driver: str  # the DRA kubelet plugin's driver (hack/k8s/fakedra)
+    dra_gpus: int  # its fake cards per node
+    dra_domains: int  # the PCIe roots they are split into
 
 
 def read_env(path: Path) -> dict[str, str]:
@@ -53,6 +57,9 @@ def real_nodes(api: Api) -> RealNodes:
         gpus=int(env["KUBELET_GPUS"]),
         gpu_type=env["KUBELET_GPU_TYPE"],
         image=env["WORKLOAD_IMAGE"],
+        dra_driver=env["KUBELET_DRA_DRIVER"],
+        dra_gpus=int(env["KUBELET_DRA_GPUS"]),
+        dra_domains=int(env["KUBELET_DRA_DOMAINS"]),
     )
     for name in nodes.names:
         node = api.node(name)
