@@ -5,7 +5,7 @@
 #
 # Env: NODE_NAME, POD_CIDR (this node's pods, e.g. 10.244.1.0/24), GPUS (fake devices, 0 = no
 # plugin), DRA_GPUS and DRA_DOMAINS (the DRA plugin's devices and their PCIe roots, 0 = no
-# plugin), DRA_DRIVER (its name), PAUSE_IMAGE, NODE_LABELS, NODE_TAINTS;
+# plugin), DRA_DRIVER and DRA_PRODUCT (its name and the cards' productName), PAUSE_IMAGE, NODE_LABELS, NODE_TAINTS;
 # /etc/kubernetes/kubeconfig and /images/*.tar are mounted by kubelet-up.sh.
 set -euo pipefail
 log() { printf '[node %s %s] %s\n' "${NODE_NAME}" "$(date +%H:%M:%S)" "$*"; }
@@ -82,7 +82,7 @@ if ((${DRA_GPUS:-0} > 0)); then
   # It publishes the node's ResourceSlice with the kubeconfig's credentials, and registers with
   # the kubelet through /var/lib/kubelet/plugins_registry (retrying until the kubelet serves it).
   fakedra --driver="${DRA_DRIVER}" --node="${NODE_NAME}" --count="${DRA_GPUS}" \
-    --domains="${DRA_DOMAINS}" --kubeconfig=/etc/kubernetes/kubeconfig >/var/log/fakedra.log 2>&1 &
+    --domains="${DRA_DOMAINS}" --product="${DRA_PRODUCT}" --kubeconfig=/etc/kubernetes/kubeconfig >/var/log/fakedra.log 2>&1 &
   log "fake DRA kubelet plugin started (${DRA_GPUS} devices in ${DRA_DOMAINS} PCIe roots)"
 fi
 
