@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 
@@ -248,14 +247,4 @@ func (d *driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 // HandleError: publishing errors are retried by the helper; they are only logged here.
 func (d *driver) HandleError(ctx context.Context, err error, msg string) {
 	runtime.HandleErrorWithContext(ctx, err, msg)
-}
-
-// sortedNames is for tests and logs: the devices of a spec, by name.
-func sortedNames(spec cdiSpec) []string {
-	out := make([]string, 0, len(spec.Devices))
-	for _, d := range spec.Devices {
-		out = append(out, d.Name)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -144,4 +145,14 @@ func TestPrepareRefusesForeignDevices(t *testing.T) {
 	if files, _ := filepath.Glob(filepath.Join(d.cfg.cdiDir, "*")); len(files) != 0 {
 		t.Fatalf("spec files written: %v", files)
 	}
+}
+
+// sortedNames: the CDI device names of a spec, sorted.
+func sortedNames(spec cdiSpec) []string {
+	out := make([]string, 0, len(spec.Devices))
+	for _, d := range spec.Devices {
+		out = append(out, d.Name)
+	}
+	sort.Strings(out)
+	return out
 }
