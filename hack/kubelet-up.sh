@@ -203,4 +203,6 @@ done
   printf 'WORKLOAD_IMAGE=%s\n' "${WORKLOAD_IMAGE}"
   printf 'PAUSE_IMAGE=%s\n' "${PAUSE_IMAGE}"
 } >"${KUBELET_DIR}/kubelets.env"
-log "real nodes Ready in $((SECONDS - START))s: ${ALL_NODES[*]} (${GPUS} fake GPUs each through the device plugin, ${DRA_GPUS} through DRA on the real-dra nodes; workload image ${WORKLOAD_IMAGE})"
+DRA_NOTE=""
+((DRA_NODES > 0)) && DRA_NOTE=", ${DRA_GPUS} through DRA on each real-dra node"
+log "real nodes Ready in $((SECONDS - START))s: ${ALL_NODES[*]} (${GPUS} fake GPUs each through the device plugin${DRA_NOTE}; workload image ${WORKLOAD_IMAGE})"
