@@ -46,7 +46,7 @@ def seen(kubectl: Kubectl, ns: str, pod: str) -> tuple[list[str], str, list[list
     out = kubectl.run(
         "exec", "-n", ns, pod, "--", "sh", "-c",
         'echo "$GPUPLAN_DRA_DEVICES"; echo "$GPUPLAN_DRA_CLAIM"; echo "$NVIDIA_VISIBLE_DEVICES"; '
-        "cat /var/run/fakedra/* 2>/dev/null",
+        "cat /var/run/fakedra/* 2>/dev/null; true",
     ).stdout.splitlines()  # fmt: skip
     devices = [d for d in out[0].split(",") if d]
     return devices, out[1], [line.split() for line in out[3:]], out[2]
