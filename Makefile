@@ -40,8 +40,8 @@ chaos: ## the fault suite on the local cluster: concurrency, freshness, API faul
 	bash hack/demo.sh --clean
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e/chaos
 
-kubelet: ## the real-kubelet suite: 2 real nodes (podman, containerd, kubelet, fake GPU plugin) run a plan, and the loop, small
-	KUBELETS=2 bash hack/cluster-up.sh
+kubelet: ## the real-kubelet suite: 2 real nodes (podman, containerd, kubelet, fake GPU plugin) and a DRA node run plans, and the loop, small
+	KUBELETS=2 KUBELET_DRA_NODES=1 bash hack/cluster-up.sh
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/pytest -q e2e/kubelet
 
 loop: install ## the product's loop on real pods: measure, classify, plan, deploy, compare with the naive splits (~10 min)

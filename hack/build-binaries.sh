@@ -5,7 +5,9 @@
 #   kwok, kwokctl                                                     (sigs.k8s.io/kwok)
 # and with --kubelet also what the real-kubelet nodes run (hack/kubelet-up.sh):
 #   kubelet                                                           (k8s.io/kubernetes, hack/k8s/)
-#   fakegpu (a device plugin), pause (the pod sandbox's process)      (hack/k8s/fakegpu, hack/k8s/pause)
+#   fakegpu (a device plugin), fakedra (a DRA kubelet plugin),        (hack/k8s/fakegpu, hack/k8s/fakedra,
+#   pause (the pod sandbox's process)                                  hack/k8s/pause)
+#   containerd, containerd-shim-runc-v2, ctr                          (github.com/containerd/containerd)
 #
 # Binaries land in ${GPUPLAN_CACHE:-$HOME/.cache/gpuplan}/k8s-<version>/bin/ and are reused when
 # present with the right version stamp, so a second run takes a moment. A cold build on 2 cores
@@ -13,7 +15,7 @@
 #
 # Usage: bash hack/build-binaries.sh [--force] [--kubelet] [--print-bin-dir]
 #   --force          rebuild everything even if cached
-#   --kubelet        also build the node binaries (kubelet, fakegpu, pause)
+#   --kubelet        also build the node binaries (kubelet, containerd, fakegpu, fakedra, pause)
 #   --print-bin-dir  print the bin directory and exit (nothing is built)
 set -euo pipefail
 
@@ -28,7 +30,7 @@ for arg in "$@"; do
     --force) FORCE=1 ;;
     --kubelet) KUBELET=1 ;;
     --print-bin-dir) echo "${GPUPLAN_BIN_DIR}"; exit 0 ;;
-    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-binaries: unknown argument: ${arg}" >&2; exit 2 ;;
   esac
 done
@@ -88,9 +90,9 @@ TOTAL_START=${SECONDS}
 BUILT=()
 REPORT=()
 
-# build <name> <version> <module dir or "-"> <package[@version]> <ldflags>
+# build <name> <version> <module dir or "-"> <package[@version]> <ldflags> [build tags]
 build() {
-  local name="$1" version="$2" moddir="$3" pkg="$4" ldflags="$5"
+  local name="$1" version="$2" moddir="$3" pkg="$4" ldflags="$5" tags="${6:-}"
   if is_cached "${name}" "${version}"; then
     REPORT+=("${name} ${version}: cached")
     return 0
@@ -106,7 +108,7 @@ build() {
     built="${tmp}/$(basename "${pkg%@*}")"
     [[ "${built}" == "${tmp}/${name}" ]] || mv "${built}" "${tmp}/${name}"
   else
-    go build -C "${moddir}" -trimpath -ldflags "${ldflags}" -o "${tmp}/${name}" "${pkg}" ||
+    go build -C "${moddir}" -trimpath -tags "${tags}" -ldflags "${ldflags}" -o "${tmp}/${name}" "${pkg}" ||
       { rm -rf "${tmp}"; die "building ${name} failed"; }
   fi
   mv -f "${tmp}/${name}" "${BIN_DIR}/${name}"
@@ -165,6 +167,32 @@ if [[ "${KUBELET}" == 1 ]]; then
     go test -C "${HACK_DIR}/k8s" -trimpath -vet=off ./fakegpu >&2 || die "fakegpu's tests failed"
   fi
   build fakegpu "$(node_key fakegpu)" "${HACK_DIR}/k8s" ./fakegpu "-s -w"
+  if ! is_cached fakedra "$(node_key fakedra)"; then
+    go test -C "${HACK_DIR}/k8s" -trimpath -vet=off ./fakedra >&2 || die "fakedra's tests failed"
+  fi
+  build fakedra "$(node_key fakedra)" "${HACK_DIR}/k8s" ./fakedra "-s -w"
+
+  # containerd 1.7 for its CDI support (see versions.sh). `go install pkg@version` refuses its
+  # module (its go.mod has an exclude directive), so the build runs inside the module as the
+  # proxy serves it (verified against the checksum database), with the module's own go.sum:
+  # exactly the dependencies containerd released with. btrfs, devmapper and zfs need cgo or
+  # kernel pieces that the nodes do not use (they run overlayfs).
+  need_containerd=0
+  for b in containerd containerd-shim-runc-v2 ctr; do
+    is_cached "${b}" "${CONTAINERD_VERSION}" || need_containerd=1
+  done
+  if [[ "${need_containerd}" == 1 ]]; then
+    start=${SECONDS}
+    CONTAINERD_DIR="$(cd / && GOFLAGS="" go mod download -json "github.com/containerd/containerd@${CONTAINERD_VERSION}" |
+      sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    [[ -d "${CONTAINERD_DIR}" ]] || die "downloading containerd ${CONTAINERD_VERSION} failed"
+    log "containerd ${CONTAINERD_VERSION} module ready in $((SECONDS - start))s"
+    CONTAINERD_LDFLAGS="-s -w -X github.com/containerd/containerd/version.Version=${CONTAINERD_VERSION}"
+    for b in containerd containerd-shim-runc-v2 ctr; do
+      build "${b}" "${CONTAINERD_VERSION}" "${CONTAINERD_DIR}" "./cmd/${b}" "${CONTAINERD_LDFLAGS}" \
+        "no_btrfs no_devmapper no_zfs"
+    done
+  fi
   build pause "$(node_key pause)" "${HACK_DIR}/k8s" ./pause "-s -w"
 fi
 

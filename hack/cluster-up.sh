@@ -3,7 +3,8 @@
 # kube-scheduler and the kwok controller, run as plain processes by `kwokctl --runtime binary`
 # from the binaries that hack/build-binaries.sh builds and caches. Then create the fake GPU
 # nodes of hack/sample-nodes.yaml. With KUBELETS=N (N > 0), also N real nodes: podman containers
-# running containerd, a kubelet and a fake GPU device plugin (hack/kubelet-up.sh).
+# running containerd, a kubelet and a fake GPU device plugin, and KUBELET_DRA_NODES more whose
+# cards a DRA kubelet plugin publishes (hack/kubelet-up.sh).
 #
 # Idempotent: when the cluster is already up and healthy it only prints the kubeconfig path.
 # The admin kubeconfig (certificates embedded) is written to <repo>/.cluster/kubeconfig;
@@ -11,7 +12,8 @@
 #
 # Usage: bash hack/cluster-up.sh
 # Env:   KUBELETS (real nodes, default 0: the real nodes already running are left as they are),
-#        KUBELET_GPUS (fake cards per real node, default 4), GPUPLAN_CLUSTER_NAME (default gpuplan), GPUPLAN_CLUSTER_TIMEOUT (seconds, default 180),
+#        KUBELET_GPUS (fake cards per real node, default 4), KUBELET_DRA_NODES (default 0) and the
+#        other KUBELET_* of hack/kubelet-up.sh, GPUPLAN_CLUSTER_NAME (default gpuplan), GPUPLAN_CLUSTER_TIMEOUT (seconds, default 180),
 #        GPUPLAN_CACHE (binary cache, see hack/build-binaries.sh)
 # Then:  export KUBECONFIG=<repo>/.cluster/kubeconfig
 set -euo pipefail

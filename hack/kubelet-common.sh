@@ -5,6 +5,9 @@
 # The real nodes' label (kwok leaves nodes that carry it alone, see control-plane.yaml) and taint.
 REAL_LABEL="gpuplan.ragnaros.io/kubelet"
 REAL_GPU_TYPE="L4"
+REAL_DRA_GPU_TYPE="L4-DRA"
+# the fake DRA kubelet plugin's driver (hack/k8s/fakedra); the kwok suites' driver is another
+DRA_DRIVER="gpu.kubelet.gpuplan.test"
 KUBELET_DIR="${CLUSTER_DIR}/kubelets"
 # Node containers are named after the clone, so that two clones on one machine do not clash.
 CLUSTER_KEY="$(printf '%s %s' "${CLUSTER_DIR}" "${CLUSTER_NAME}" | sha256sum | cut -c1-8)"

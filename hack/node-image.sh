@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build the images of the real-kubelet tier with podman, nothing from an image registry:
 #
-#   localhost/gpuplan-node:<key>      a node: bookworm minbase + Debian containerd, runc, CNI
-#                                     plugins, iptables, plus the kubelet and the fake GPU device
-#                                     plugin from hack/build-binaries.sh --kubelet (hack/node/)
+#   localhost/gpuplan-node:<key>      a node: bookworm minbase + Debian runc, CNI plugins,
+#                                     iptables, plus the kubelet, containerd 1.7 (CDI), the fake
+#                                     GPU device plugin and the fake DRA kubelet plugin from
+#                                     hack/build-binaries.sh --kubelet (hack/node/)
 #   localhost/gpuplan-pause:<key>     the pod sandbox image: one static binary (hack/k8s/pause)
 #   localhost/gpuplan-workload:<key>  python3 + the load tester package with its sample service and
 #                                     the wheels its senders need (hdrhistogram, psutil, uvloop),
@@ -42,7 +43,7 @@ trap 'rm -rf "${CTX}"' EXIT
 debian_base_image gpuplan-workload-base python3 >"${CTX}/python-base" &
 python_base_pid=$!
 NODE_BASE="$(debian_base_image gpuplan-node-base \
-  containerd,runc,containernetworking-plugins,iptables,conntrack,iproute2,procps)"
+  runc,containernetworking-plugins,iptables,conntrack,iproute2,procps)"
 wait "${python_base_pid}" || die "making the workload's base image failed"
 PYTHON_BASE="$(cat "${CTX}/python-base")"
 
@@ -61,7 +62,7 @@ if ! podman image exists "${PAUSE_IMAGE}"; then
 fi
 
 # --- node -----------------------------------------------------------------------------------
-NODE_FILES=("${BIN_DIR}/kubelet" "${BIN_DIR}/fakegpu" "${HACK_DIR}"/node/{Containerfile,containerd.toml,kubelet.yaml,entrypoint.sh})
+NODE_FILES=("${BIN_DIR}"/{kubelet,fakegpu,fakedra,containerd,containerd-shim-runc-v2,ctr} "${HACK_DIR}"/node/{Containerfile,containerd.toml,kubelet.yaml,entrypoint.sh})
 NODE_IMAGE="localhost/gpuplan-node:$(printf '%s %s' "$(image_id "${NODE_BASE}")" "$(key "${NODE_FILES[@]}")" | sha256sum | cut -c1-12)"
 if ! podman image exists "${NODE_IMAGE}"; then
   mkdir -p "${CTX}/node"

@@ -10,6 +10,10 @@
 K8S_VERSION="v1.34.10"
 ETCD_VERSION="v3.6.16"
 KWOK_VERSION="v0.8.0"
+# The real-kubelet nodes' containerd: the newest 1.7 the module proxy serves here. 1.7 injects CDI
+# devices (which DRA drivers hand to containers; Debian bookworm's 1.6.20 cannot), still reads the
+# version-2 configuration of 1.6 and runs on cgroup v1, which this machine has.
+CONTAINERD_VERSION="v1.7.35"
 
 GPUPLAN_CACHE="${GPUPLAN_CACHE:-${HOME}/.cache/gpuplan}"
 GPUPLAN_BIN_DIR="${GPUPLAN_CACHE}/k8s-${K8S_VERSION}/bin"

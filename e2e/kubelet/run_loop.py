@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from e2e.kubelet.conftest import ENV_FILE, RealNodes, read_env
+from e2e.kubelet.conftest import ENV_FILE, RealNodes, from_env, read_env
 from e2e.kubelet.loop import (
     CPU_LIMIT,
     SERVICES,
@@ -40,13 +40,7 @@ CRDS = (REPO / "crds" / "gpuallocationplans.yaml", REPO / "crds" / "plans-admiss
 def real_nodes(api: Api) -> RealNodes:
     if not ENV_FILE.is_file():
         raise SystemExit("no real nodes: make cluster-up KUBELETS=2 KUBELET_GPUS=12")
-    env = read_env(ENV_FILE)
-    nodes = RealNodes(
-        names=tuple(env["KUBELET_NODES"].split()),
-        gpus=int(env["KUBELET_GPUS"]),
-        gpu_type=env["KUBELET_GPU_TYPE"],
-        image=env["WORKLOAD_IMAGE"],
-    )
+    nodes = from_env(read_env(ENV_FILE))
     for name in nodes.names:
         if not node_ready(api.node(name)):
             raise SystemExit(f"real node {name} is not Ready: make cluster-up KUBELETS=2")

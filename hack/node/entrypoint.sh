@@ -1,11 +1,12 @@
 #!/bin/bash
 # PID 1 of a real-kubelet node container (hack/kubelet-up.sh starts it with podman run --privileged
-# --cgroupns=private): prepares what the kubelet needs, then runs containerd, the kubelet and the
-# fake GPU device plugin, and exits when any of them does.
+# --cgroupns=private): prepares what the kubelet needs, then runs containerd, the kubelet, the
+# fake GPU device plugin and the fake DRA kubelet plugin, and exits when any of them does.
 #
 # Env: NODE_NAME, POD_CIDR (this node's pods, e.g. 10.244.1.0/24), GPUS (fake devices, 0 = no
-# plugin), PAUSE_IMAGE, NODE_LABELS, NODE_TAINTS; /etc/kubernetes/kubeconfig and /images/*.tar
-# are mounted by kubelet-up.sh.
+# plugin), DRA_GPUS and DRA_DOMAINS (the DRA plugin's devices and their PCIe roots, 0 = no
+# plugin), DRA_DRIVER and DRA_PRODUCT (its name and the cards' productName), PAUSE_IMAGE, NODE_LABELS, NODE_TAINTS;
+# /etc/kubernetes/kubeconfig and /images/*.tar are mounted by kubelet-up.sh.
 set -euo pipefail
 log() { printf '[node %s %s] %s\n' "${NODE_NAME}" "$(date +%H:%M:%S)" "$*"; }
 
@@ -75,6 +76,14 @@ log "kubelet started (node ip ${NODE_IP})"
 if ((GPUS > 0)); then
   fakegpu --count="${GPUS}" --node="${NODE_NAME}" >/var/log/fakegpu.log 2>&1 &
   log "fake GPU device plugin started (${GPUS} devices)"
+fi
+
+if ((${DRA_GPUS:-0} > 0)); then
+  # It publishes the node's ResourceSlice with the kubeconfig's credentials, and registers with
+  # the kubelet through /var/lib/kubelet/plugins_registry (retrying until the kubelet serves it).
+  fakedra --driver="${DRA_DRIVER}" --node="${NODE_NAME}" --count="${DRA_GPUS}" \
+    --domains="${DRA_DOMAINS}" --product="${DRA_PRODUCT}" --kubeconfig=/etc/kubernetes/kubeconfig >/var/log/fakedra.log 2>&1 &
+  log "fake DRA kubelet plugin started (${DRA_GPUS} devices in ${DRA_DOMAINS} PCIe roots)"
 fi
 
 # PID 1 ignores signals it has no handler for: stop the node's processes on podman stop.
