@@ -60,8 +60,21 @@ class FaultProxy:
         self.log_path = log_dir / "chaos-proxy.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, attempts: int = 3) -> None:
+        """Start the proxy and wait until it answers. A port picked free may be taken (by some
+        connection's ephemeral port) before the proxy binds it: the proxy then exits with
+        "address already in use", and is started again on new ports (before any kubeconfig
+        names them)."""
+        for _ in range(attempts):
+            if self._start_once():
+                return
+            self.ports = {name: free_port() for name in self.ports}
+        raise AssertionError(f"the proxy could not bind its ports in {attempts} attempts: {self.log_path}")
+
+    def _start_once(self) -> bool:
+        """True once the proxy answers; False when it could not bind one of its ports."""
         listen = [arg for name, port in self.ports.items() for arg in ("--listen", f"{name}={port}")]
+        before = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "e2e.chaos.proxy", "--kubeconfig", self.kubeconfig, *listen],
@@ -70,8 +83,17 @@ class FaultProxy:
                 cwd=REPO,
             )
 
+        def bind_failed() -> bool:
+            with open(self.log_path, "rb") as log:
+                log.seek(before)
+                return b"address already in use" in log.read()
+
         def up() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, f"the proxy exited: {self.log_path}"
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                if bind_failed():
+                    return True  # given up below: new ports
+                raise AssertionError(f"the proxy exited: {self.log_path}")
             try:
                 self.stats()
                 return True
@@ -79,6 +101,7 @@ class FaultProxy:
                 return False
 
         wait_for("the fault proxy", up, timeout=30, interval=0.2)
+        return self.proc.poll() is None
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
