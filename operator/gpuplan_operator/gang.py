@@ -152,10 +152,16 @@ def is_gated(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == GANG_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
+def unit_of(pod: Mapping[str, Any]) -> str:
+    """What makes the pod (``kind/name`` of its controller, its ReplicaSet): siblings share it."""
+    meta = pod.get("metadata") or {}
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    return f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else f"Pod/{meta.get('name')}"
+
+
 def read_pod(pod: Mapping[str, Any], nodes: NodeIndex) -> GangPod:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
     try:
         requests = pod_requests(pod)
     except InvalidInput:
@@ -168,7 +174,7 @@ def read_pod(pod: Mapping[str, Any], nodes: NodeIndex) -> GangPod:
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),
         group=f"{meta.get('namespace')}/{plan}" if plan else (keys[0] if keys else None),
-        unit=f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else f"Pod/{meta.get('name')}",
+        unit=unit_of(pod),
         gated=is_gated(pod),
         bound=bound,
         planned=None if bound else nodes.pinned(selector),

@@ -49,6 +49,7 @@ from gpuplan_operator.gang import (
     decide_all,
     is_gated,
     read_pod,
+    unit_of,
 )
 from gpuplan_operator.gang_devices import DeviceIndex, DeviceShortfall
 from gpuplan_operator.kube import KubeApi
@@ -80,13 +81,10 @@ def _key(pod: Mapping[str, Any]) -> str:
     return f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
 
 
-def _unit(pod: Mapping[str, Any]) -> str | None:
+def _unit(pod: Mapping[str, Any]) -> str:
     """``namespace/unit`` of a pod's instance set, as :func:`~.gang.read_pod` names it (pods of
     no plan count too: cheaper than telling them apart, and never asked about)."""
-    meta = pod.get("metadata") or {}
-    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
-    unit = f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else f"Pod/{meta.get('name')}"
-    return f"{meta.get('namespace')}/{unit}"
+    return f"{(pod.get('metadata') or {}).get('namespace')}/{unit_of(pod)}"
 
 
 def _devices(
@@ -232,8 +230,8 @@ class GateKeeper:
     def _remember_started(self, pods: Sequence[Mapping[str, Any]], now: float) -> None:
         """Note the instance sets with a pod not gated (started), forget those unseen for long."""
         for pod in pods:
-            if not is_gated(pod) and (unit := _unit(pod)) is not None:
-                self._started[unit] = now
+            if not is_gated(pod):
+                self._started[_unit(pod)] = now
         if now - self._pruned > STARTED_KEPT:
             self._started = {u: t for u, t in self._started.items() if now - t <= STARTED_KEPT}
             self._pruned = now
