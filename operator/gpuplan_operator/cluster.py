@@ -203,6 +203,12 @@ def of_plan(objects: Iterable[JSON], name: str) -> list[JSON]:
     return [o for o in objects if wanted <= ((o.get("metadata") or {}).get("labels") or {}).items()]
 
 
+def plan_deployments(kube: KubeApi, namespace: str, name: str, managed: list[JSON] | None) -> list[JSON]:
+    """The plan's Deployments: picked from ``managed`` (the operator's Deployments of the
+    namespace, from a watched cache), or listed when there is no such cache."""
+    return of_plan(managed, name) if managed is not None else list_plan_deployments(kube, namespace, name)
+
+
 def read_for_apply(
     kube: KubeApi, plan: PlanBody, desired: Desired, nodes: list[JSON], managed: list[JSON] | None = None
 ) -> Observed:
@@ -210,12 +216,10 @@ def read_for_apply(
     ``managed`` the operator's Deployments of the plan's namespace when a watched cache has them
     (else the plan's are listed)."""
     ns = plan.namespace
+    mine = plan_deployments(kube, ns, plan.name, managed)
     if managed is None:
-        mine = list_plan_deployments(kube, ns, plan.name)
         read_all = lambda: _by_name(list_deployments(kube, ns))  # noqa: E731
-    else:
-        mine = of_plan(managed, plan.name)
-        # the others' names: the operator's from the cache, the rest in one listing of only them
+    else:  # the others' names: the operator's from the cache, the rest in one listing of only them
         read_all = lambda: _by_name([*managed, *list_deployments(kube, ns, NOT_MANAGED)])  # noqa: E731
     return Observed(
         nodes=nodes,

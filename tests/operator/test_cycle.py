@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cache.caches import ClusterCache
+from gpuplan_operator.cluster import of_plan
 from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others
 from gpuplan_operator.cycle.session import Cycle
 from gpuplan_operator.service import Options, PlanService
@@ -252,7 +253,9 @@ def test_a_re_plan_compares_with_the_cached_deployments_and_the_cache_follows_it
     deps = "apis/apps/v1/namespaces/ns/deployments"
     written = sorted(d["metadata"]["name"] for d in kube.items(deps))
     assert (
-        written and sorted(d["metadata"]["name"] for d in cache.plan_deployments("ns", "d") or []) == written
+        written
+        and sorted(d["metadata"]["name"] for d in of_plan(cache.namespace_deployments("ns") or [], "d"))
+        == written
     )
 
     victim = sorted({n for a in status_of(kube, "d")["allocations"] for n in a["nodes"]})[0]
@@ -264,7 +267,7 @@ def test_a_re_plan_compares_with_the_cached_deployments_and_the_cache_follows_it
     assert kube.deployment_lists == lists  # neither apply listed the plan's Deployments
     now = sorted(d["metadata"]["name"] for d in kube.items(deps))
     assert now != written and not any(victim in n for n in now)
-    cached = cache.plan_deployments("ns", "d") or []
+    cached = of_plan(cache.namespace_deployments("ns") or [], "d")
     assert sorted(d["metadata"]["name"] for d in cached) == now  # deletes and applies taken in
     assert all("status" not in d and "managedFields" not in d["metadata"] for d in cached)
     writes = len(kube.writes)
@@ -289,8 +292,8 @@ def test_deployments_are_watched_where_the_operator_writes() -> None:
     assert paths == ["/apis/apps/v1/namespaces/a/deployments", "/apis/apps/v1/namespaces/b/deployments"]
     for informer in some.informers:
         informer._list()
-    assert some.plan_deployments("a", "p") == []
-    assert some.plan_deployments("team-x", "p") is None  # a glob's namespace: listed when needed
+    assert some.namespace_deployments("a") == []
+    assert some.namespace_deployments("team-x") is None  # a glob's namespace: listed when needed
 
 
 def test_namespaces_given_as_globs_are_served_as_kopf_watches_them() -> None:

@@ -28,7 +28,7 @@ from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cache import trim
 from gpuplan_operator.cache.informer import RESYNC, SILENCE, WATCH_SECONDS, Informer, Watcher
 from gpuplan_operator.cache.store import Store, key_of
-from gpuplan_operator.cluster import DRA_API, NRT_API, PLAN_API, ClusterRead, of_plan
+from gpuplan_operator.cluster import DRA_API, NRT_API, PLAN_API, ClusterRead
 from gpuplan_operator.kube import path_for
 from gpuplan_operator.watch import node_fingerprint, slice_fingerprint, topology_fingerprint
 from gpuplan_operator.writes import Verb, Write
@@ -119,8 +119,8 @@ class ClusterCache:
         managed = {"labelSelector": ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())}
         self.deployments: dict[str | None, Store] = {}
         given = set(namespaces)
-        exact = sorted(n for n in given if not any(c in n for c in "*?[!"))
-        for ns in [*exact] if given else [None]:
+        watched: list[str | None] = [n for n in sorted(given) if not any(c in n for c in "*?[!")]
+        for ns in watched if given else [None]:
             store = self.deployments[ns] = Store(DEPLOYMENTS, trim.deployment)
             path = path_for("apps/v1", "deployments", namespace=ns)
             self.informers.append(Informer(api, path, store, told, resync, silence, query=managed))
@@ -190,12 +190,6 @@ class ClusterCache:
         if store is None or not store.synced:
             return None
         return [d for d in store.items() if key_of(d).startswith(f"{namespace}/")]
-
-    def plan_deployments(self, namespace: str, name: str) -> list[dict[str, Any]] | None:
-        """The plan's Deployments, as :func:`~gpuplan_operator.cluster.list_plan_deployments`
-        lists them; None when its namespace is not watched."""
-        found = self.namespace_deployments(namespace)
-        return None if found is None else of_plan(found, name)
 
     def plan(self, namespace: str, name: str) -> PlanBody | None:
         obj = self.plans.get(f"{namespace}/{name}")
