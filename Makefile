@@ -9,7 +9,7 @@ KUBELETS ?= 0
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test unit view e2e chaos kubelet lint bench bench-planner bench-packing bench-operator bench-loadtest golden helm \
+.PHONY: help install lock test unit view e2e chaos kubelet lint bench bench-planner bench-packing bench-operator bench-loadtest golden helm \
 	image cluster-up cluster-down demo loop clean
 
 help: ## list the targets
@@ -19,8 +19,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-install: $(BIN)/python ## create .venv and install gpuplan with its test and lint tools
-	$(BIN)/pip install -q -e '.[operator,loadtest,test,lint]'
+install: $(BIN)/python ## create .venv and install gpuplan with its test and lint tools (versions pinned by constraints.txt)
+	$(BIN)/pip install -q -c constraints.txt -e '.[operator,loadtest,test,lint]'
+
+lock: $(BIN)/python ## rewrite constraints.txt from the newest versions pyproject.toml allows (review the diff)
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv && .lock-venv/bin/pip install -q --upgrade pip
+	.lock-venv/bin/pip install -q '.[operator,loadtest,test,lint]'
+	{ echo '# Every version CI installs (make install). Rewritten by make lock; edit pyproject.toml, not this.'; \
+	  .lock-venv/bin/pip freeze --exclude gpuplan --disable-pip-version-check; } >constraints.txt
+	rm -rf .lock-venv
 
 test: unit view e2e chaos kubelet ## run every test: unit, property, loadtest, chart, the plan page in a browser, then e2e, the fault suite and the real-kubelet suite
 
