@@ -342,7 +342,8 @@ def shared_status(
         return out
     generation = int(out["observedGeneration"])
     if shared.reason is Admission.PREEMPTED:
-        why = f"preempted: {', '.join(shared.holders)} (before it in the order) hold the cards it needs"
+        verb = "holds" if len(shared.holders) == 1 else "hold"
+        why = f"preempted: {', '.join(shared.holders)} (before it in the order) {verb} the cards it needs"
     else:
         why = shared.result.reason or "its minimum does not fit"
     kept = sum(a.instances for a in shared.kept)

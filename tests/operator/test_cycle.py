@@ -103,6 +103,7 @@ def test_new_plans_that_do_not_both_fit_go_by_priority_and_an_unchanged_cluster_
     low_status = status_of(kube, "low")
     assert low_status["admission"] == "Preempted" and low_status["heldBy"] == ["ns/high"]
     assert low_status["conditions"][0]["reason"] == "Preempted"
+    assert "preempted: ns/high (before it in the order) holds the cards it needs" in low_status["message"]
 
     writes = len(kube.writes)
     again = cycle.run()
