@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # KIND is used by the scripts that source this file
 # Which kind, container engine and node image `make demo CLUSTER=kind` uses (sourced by
 # hack/kind/up.sh and hack/kind/down.sh after their log/die). Sets KIND (the binary) and, for up.sh,
 # KIND_NODE_IMAGE (empty: kind's own default image).

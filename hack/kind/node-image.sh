@@ -100,6 +100,7 @@ for image in "${KUBEADM_IMAGES[@]}"; do
     kube-proxy)  # it runs iptables and conntrack: on the Debian base
       mkdir -p "${CTX}/kube-proxy"
       cp "${BIN_DIR}/kube-proxy" "${CTX}/kube-proxy/"
+      # shellcheck disable=SC2016  # ${KIND_BASE} is the Containerfile's own
       printf 'ARG KIND_BASE\nFROM ${KIND_BASE}\nCOPY kube-proxy /usr/local/bin/kube-proxy\n' >"${CTX}/kube-proxy/Containerfile"
       podman build --quiet --pull=never --network=none --build-arg "KIND_BASE=${KIND_BASE}" \
         --tag "${image}" "${CTX}/kube-proxy" >/dev/null
