@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.support import REPO, Api, is_true, node_ready, wait_for
+from e2e.support import REPO, Api, Kubectl, is_true, node_ready, wait_for
 
 KUBECONFIG = REPO / ".cluster" / "kind-kubeconfig"
 CONFIG = yaml.safe_load((REPO / "hack" / "kind" / "cluster.yaml").read_text())
@@ -37,6 +37,10 @@ def _versions() -> dict[str, str]:
         if sep and key.isupper():
             out[key] = value.strip('"')
     return out
+
+
+# kube-proxy's image sits on the node image's Debian base (bash, socat, getent): client and server
+TOOLS = f"registry.k8s.io/kube-proxy:{_versions()['K8S_VERSION']}"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -128,3 +132,55 @@ def test_a_pod_with_cards_really_starts_on_a_kind_worker(api: Api, scratch_ns: s
     assert pod["status"]["podIP"].startswith("10.244."), pod["status"]  # the node's bridge network
     statuses = pod["status"]["containerStatuses"]
     assert statuses[0]["ready"] and statuses[0]["containerID"].startswith("containerd://")
+
+
+def _tools_pod(name: str, node: str, command: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "c", "image": TOOLS, "imagePullPolicy": "Never",
+                "command": ["bash", "-c", command],
+            }],
+        },
+    }  # fmt: skip
+
+
+def _phase(api: Api, ns: str, name: str) -> str:
+    return str(api.kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")["status"].get("phase", ""))
+
+
+def test_pods_on_two_workers_reach_each_other(api: Api, kubectl: Kubectl, scratch_ns: str) -> None:
+    """The bridges of two nodes are routed to each other (hack/kind/up.sh), as a host-gw CNI does."""
+    server_node, client_node = f"{CONFIG['name']}-worker", f"{CONFIG['name']}-worker2"
+    api.create(
+        "v1",
+        "pods",
+        _tools_pod(
+            "server",
+            server_node,
+            "exec socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:'echo hello-from-$(cat /etc/hostname)'",
+        ),
+        ns=scratch_ns,
+    )
+
+    def server_ip() -> str | None:
+        pod = api.kube.get(f"/api/v1/namespaces/{scratch_ns}/pods/server")
+        return pod["status"].get("podIP") if pod["status"].get("phase") == "Running" else None
+
+    ip = wait_for("the server pod Running", server_ip, timeout=120)
+    client = f"for i in $(seq 20); do socat -t5 -T5 - TCP:{ip}:8080 && exit 0; sleep 1; done; exit 1"
+    api.create("v1", "pods", _tools_pod("client", client_node, client), ns=scratch_ns)
+
+    def finished() -> str | None:
+        phase = _phase(api, scratch_ns, "client")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = wait_for("the client pod done", finished, timeout=120)
+    out = kubectl.run("logs", "-n", scratch_ns, "client", check=False)
+    assert phase == "Succeeded" and "hello-from-server" in out.stdout, (phase, out.stdout, out.stderr)

@@ -60,7 +60,7 @@ kind_podman_network() {
   done
   ((found)) ||
     die "podman's CNI networks here do not resolve container names (kind's workers need it): bash hack/install-image-tools.sh --kind"
-  if podman network exists kind && ! podman network inspect kind | grep -q '"dnsname"' &&
+  if podman network exists kind && [[ "$(podman network inspect --format '{{.DNSEnabled}}' kind)" != true ]] &&
     [[ -z "$(podman ps --all --quiet --filter network=kind)" ]]; then
     log "making podman's network kind again, with name resolution"
     podman network rm kind >/dev/null

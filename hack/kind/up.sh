@@ -40,6 +40,27 @@ fi
 chmod 600 "${KUBECONFIG_KIND}"
 export KUBECONFIG="${KUBECONFIG_KIND}"
 kubectl wait --for=condition=Ready nodes --all --timeout=180s >/dev/null
+
+# Pod traffic between the nodes of a node image made here (hack/kind/node-image.sh): each node has
+# a bridge of its own (/kind/bin/kind-bridge-cni: 10.244.<last byte of its address>.0/24) and no
+# kindnetd to route between them. Every node routes the others' pod subnets to them, as a host-gw
+# CNI would; set again on every run (a restarted node may have another address).
+ENGINE="${KIND_EXPERIMENTAL_PROVIDER:-docker}"
+if "${ENGINE}" exec "${NAME}-control-plane" test -x /kind/bin/kind-bridge-cni 2>/dev/null; then
+  mapfile -t NODE_ADDRS < <(kubectl get nodes \
+    -o jsonpath='{range .items[*]}{.metadata.name} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')
+  for row in "${NODE_ADDRS[@]}"; do
+    read -r node addr <<<"${row}"
+    routes=""
+    for other in "${NODE_ADDRS[@]}"; do
+      read -r other_node other_addr <<<"${other}"
+      [[ "${other_node}" == "${node}" ]] && continue
+      routes+="ip route replace 10.244.${other_addr##*.}.0/24 via ${other_addr}; "
+    done
+    "${ENGINE}" exec "${node}" sh -c "${routes}" || die "routing the other nodes' pods from ${node} (${addr}) failed"
+  done
+  log "pod subnets routed between the ${#NODE_ADDRS[@]} nodes"
+fi
 bash "${KIND_DIR}/gpu-nodes.sh"
 kubectl get nodes -L gpuplan.ragnaros.io/gpu-type -o custom-columns='NODE:.metadata.name,TYPE:.metadata.labels.gpuplan\.ragnaros\.io/gpu-type,GPUS:.status.allocatable.nvidia\.com/gpu' >&2
 echo "${KUBECONFIG_KIND}"
