@@ -10,6 +10,7 @@
 #   containerd, containerd-shim-runc-v2, ctr                          (github.com/containerd/containerd)
 # and with --kind also what a locally made kind node image needs (hack/kind/node-image.sh):
 #   kubeadm, kube-proxy                                               (k8s.io/kubernetes, hack/k8s/)
+#   coredns                                                           (github.com/coredns/coredns)
 #
 # Binaries land in ${GPUPLAN_CACHE:-$HOME/.cache/gpuplan}/k8s-<version>/bin/ and are reused when
 # present with the right version stamp, so a second run takes a moment. A cold build on 2 cores
@@ -18,7 +19,7 @@
 # Usage: bash hack/build-binaries.sh [--force] [--kubelet] [--kind] [--print-bin-dir]
 #   --force          rebuild everything even if cached
 #   --kubelet        also build the node binaries (kubelet, containerd, fakegpu, fakedra, pause)
-#   --kind           also build kubeadm and kube-proxy (implies --kubelet)
+#   --kind           also build kubeadm, kube-proxy and coredns (implies --kubelet)
 #   --print-bin-dir  print the bin directory and exit (nothing is built)
 set -euo pipefail
 
@@ -35,7 +36,7 @@ for arg in "$@"; do
     --kubelet) KUBELET=1 ;;
     --kind) KUBELET=1; KIND=1 ;;
     --print-bin-dir) echo "${GPUPLAN_BIN_DIR}"; exit 0 ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-binaries: unknown argument: ${arg}" >&2; exit 2 ;;
   esac
 done
@@ -213,6 +214,8 @@ if [[ "${KIND}" == 1 ]]; then
   fi
   build kubeadm "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kubeadm "${K8S_LDFLAGS}"
   build kube-proxy "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kube-proxy "${K8S_LDFLAGS}"
+  # a plain module: its own go.sum, as kwok's (cold: about 7 minutes here, its many plugins)
+  build coredns "${COREDNS_VERSION}" - "github.com/coredns/coredns@${COREDNS_VERSION}" "-s -w"
 fi
 
 if [[ ${#BUILT[@]} -gt 0 ]]; then

@@ -9,8 +9,9 @@ Notes
   pod asking for the advertised cards really starts on a kind worker.
 - It needs the cluster: without ``.cluster/kind-kubeconfig`` it fails (a suite about kind that
   skipped for want of kind would prove nothing). ``make kind-e2e`` makes it and deletes it after.
-- CoreDNS has no image here (its pods stay ImagePullBackOff) and the demo's workloads name images
-  that exist nowhere (their pods are bound where planned, then ErrImagePull): neither is checked.
+- The demo's workloads name images that exist nowhere: their pods are bound where planned, then
+  ErrImagePull; that is not checked. A pod that does start (pause), pod traffic between two
+  workers and a name looked up through CoreDNS and a Service (kube-proxy) are.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def test_the_nodes_are_kinds_on_the_local_image(api: Api) -> None:
         assert node["spec"]["providerID"] == f"kind://podman/{name}/{node['metadata']['name']}"
 
 
-def test_kubeadm_started_the_control_plane_and_kube_proxy(api: Api) -> None:
+def test_kubeadm_started_the_control_plane_kube_proxy_and_coredns(api: Api) -> None:
     pods = api.pods("kube-system")
     running = {p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"}
     for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
@@ -72,6 +73,8 @@ def test_kubeadm_started_the_control_plane_and_kube_proxy(api: Api) -> None:
     proxies = [p for p in pods if p["metadata"]["name"].startswith("kube-proxy-")]
     assert len(proxies) == len(CONFIG["nodes"])
     assert all(p["status"].get("phase") == "Running" for p in proxies)
+    dns = [p for p in pods if p["metadata"]["labels"].get("k8s-app") == "kube-dns"]
+    assert dns and all(p["status"].get("phase") == "Running" for p in dns), [p["status"] for p in dns]
 
 
 def test_the_workers_advertise_their_labelled_cards(api: Api) -> None:
@@ -184,3 +187,19 @@ def test_pods_on_two_workers_reach_each_other(api: Api, kubectl: Kubectl, scratc
     phase = wait_for("the client pod done", finished, timeout=120)
     out = kubectl.run("logs", "-n", scratch_ns, "client", check=False)
     assert phase == "Succeeded" and "hello-from-server" in out.stdout, (phase, out.stdout, out.stderr)
+
+
+def test_a_pod_finds_the_api_server_by_name(api: Api, kubectl: Kubectl, scratch_ns: str) -> None:
+    """CoreDNS answers (the kube-dns Service, through kube-proxy) with the kubernetes Service's IP."""
+    name = "kubernetes.default.svc.cluster.local"
+    lookup = f"for i in $(seq 30); do getent hosts {name} && exit 0; sleep 1; done; exit 1"
+    api.create("v1", "pods", _tools_pod("lookup", f"{CONFIG['name']}-worker3", lookup), ns=scratch_ns)
+
+    def finished() -> str | None:
+        phase = _phase(api, scratch_ns, "lookup")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = wait_for("the lookup pod done", finished, timeout=120)
+    out = kubectl.run("logs", "-n", scratch_ns, "lookup", check=False).stdout
+    service_ip = api.kube.get("/api/v1/namespaces/default/services/kubernetes")["spec"]["clusterIP"]
+    assert phase == "Succeeded" and out.split()[:1] == [service_ip], (phase, out)

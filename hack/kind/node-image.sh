@@ -13,10 +13,10 @@
 #     scores of kind's), a bridge CNI config per node in place of kindnetd, kind's manifests;
 #   - the images kubeadm starts, loaded into the node's containerd (as `kind build node-image`
 #     does): kube-apiserver, kube-controller-manager, kube-scheduler and etcd (each one static
-#     binary of the local harness), kube-proxy (on the Debian base, for iptables) and pause,
-#     tagged as `kubeadm config images list` names them. CoreDNS is not made: its pods stay
-#     ImagePullBackOff, which kind create does not wait for. The etcd image carries the harness's
-#     etcd (hack/versions.sh) under the tag kubeadm pins.
+#     binary of the local harness), CoreDNS (COREDNS_VERSION, one static binary too), kube-proxy
+#     (on the Debian base, for iptables) and pause, tagged as `kubeadm config images list` names
+#     them. The etcd image carries the harness's etcd (hack/versions.sh) under the tag kubeadm
+#     pins.
 #
 # The key is a hash of everything that went in; an unchanged tree rebuilds nothing (warm: a few
 # seconds, once hack/build-binaries.sh --kind has built its binaries).
@@ -55,7 +55,7 @@ mapfile -t KUBEADM_IMAGES < <("${BIN_DIR}/kubeadm" config images list --kubernet
 ((${#KUBEADM_IMAGES[@]} > 0)) || die "kubeadm config images list printed nothing"
 PAUSE_IMAGE="$(printf '%s\n' "${KUBEADM_IMAGES[@]}" | grep '/pause:')" || die "kubeadm names no pause image"
 
-key_files=("${BIN_DIR}"/{kubelet,kubeadm,kubectl,kube-proxy,kube-apiserver,kube-controller-manager,kube-scheduler,etcd,pause,containerd,containerd-shim-runc-v2,ctr}
+key_files=("${BIN_DIR}"/{kubelet,kubeadm,kubectl,kube-proxy,kube-apiserver,kube-controller-manager,kube-scheduler,etcd,coredns,pause,containerd,containerd-shim-runc-v2,ctr}
   "${KIND_DIR}"/node/* "${BASH_SOURCE[0]}")
 KEY="$({
   printf '%s\n' "${KIND_VERSION}" "$(podman image inspect --format '{{.Id}}' "${KIND_BASE}")" "${KUBEADM_IMAGES[@]}" "${key_files[@]}"
@@ -81,15 +81,16 @@ trap cleanup EXIT
 
 # --- the images kubeadm starts --------------------------------------------------------------
 # one static binary in /usr/local/bin and a /tmp: what the control-plane components need
+# (scratch_image IMAGE BINARY [PATH]: at PATH, default /usr/local/bin/BINARY, and the entrypoint)
 scratch_image() {
-  local image="$1" binary="$2" dir="${CTX}/img-${2}"
-  mkdir -p "${dir}/usr/local/bin" "${dir}/tmp" "${dir}/etc"
+  local image="$1" binary="$2" path="${3:-/usr/local/bin/$2}" dir="${CTX}/img-${2}"
+  mkdir -p "${dir}$(dirname "${path}")" "${dir}/tmp" "${dir}/etc"
   chmod 1777 "${dir}/tmp"
-  cp "${BIN_DIR}/${binary}" "${dir}/usr/local/bin/"
+  cp "${BIN_DIR}/${binary}" "${dir}${path}"
   printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/:/sbin/nologin\n' >"${dir}/etc/passwd"
   tar -C "${dir}" --owner=0 --group=0 -cf "${dir}.tar" .
   podman import --quiet --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
-    --change "ENTRYPOINT [\"/usr/local/bin/${binary}\"]" "${dir}.tar" "${image}" >/dev/null
+    --change "ENTRYPOINT [\"${path}\"]" "${dir}.tar" "${image}" >/dev/null
   MADE+=("${image}")
 }
 for image in "${KUBEADM_IMAGES[@]}"; do
@@ -97,6 +98,11 @@ for image in "${KUBEADM_IMAGES[@]}"; do
   case "${name}" in
     kube-apiserver|kube-controller-manager|kube-scheduler|etcd) scratch_image "${image}" "${name}" ;;
     pause) scratch_image "${image}" pause ;;
+    coredns)  # kubeadm's Deployment passes only arguments: the image's entrypoint is /coredns
+      [[ "${image##*:}" == "${COREDNS_VERSION}" ]] ||
+        log "kubeadm names ${image}; it carries CoreDNS ${COREDNS_VERSION} (hack/versions.sh)"
+      scratch_image "${image}" coredns /coredns
+      ;;
     kube-proxy)  # it runs iptables and conntrack: on the Debian base
       mkdir -p "${CTX}/kube-proxy"
       cp "${BIN_DIR}/kube-proxy" "${CTX}/kube-proxy/"
