@@ -96,7 +96,7 @@ kind-e2e: install ## make demo CLUSTER=kind on a kind cluster made here (podman,
 	bash hack/install-image-tools.sh --kind
 	@if [ -f .cluster/operator.pid ] && kill -0 $$(cat .cluster/operator.pid) 2>/dev/null; then \
 	  echo "a demo operator is running (make cluster-down stops it): kind-e2e starts its own" >&2; exit 1; fi
-	trap 'bash hack/kind/down.sh; [ -f .cluster/operator.pid ] && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid' EXIT; \
+	trap '[ -f .cluster/operator.pid ] && kill $$(cat .cluster/operator.pid) 2>/dev/null; rm -f .cluster/operator.pid; bash hack/kind/down.sh' EXIT; \
 	  CLUSTER=kind bash hack/demo.sh && KUBECONFIG=$(CURDIR)/.cluster/kind-kubeconfig $(BIN)/pytest -q e2e/kind
 
 clean: ## remove build and cache files
