@@ -2,14 +2,15 @@
 
 Notes
 -----
-kind cannot create a cluster here (its node image comes from a registry these machines cannot
-reach), so the kind path itself is not exercised. What is checked:
+Creating the kind cluster takes minutes and a node image made here (``hack/kind/node-image.sh``):
+``make kind-e2e`` does that, outside ``make test`` (``e2e/kind/``). What this suite checks, in
+seconds:
 
 - kind itself (built from the Go module proxy by ``hack/kind/install-kind.sh``) parses, defaults
   and validates ``hack/kind/cluster.yaml``: ``kind create cluster`` with the podman provider gets
-  past its config checks to "Ensuring node image", where it fails as it must (the image name is a
-  local one, and registries.conf blocks it, so nothing leaves the machine and nothing is
-  created). Broken configs stop earlier, with kind's own message: the control.
+  past its config checks to "Ensuring node image", where it fails as it must (the image named
+  does not exist, and registries.conf blocks its registry, so nothing leaves the machine and
+  nothing is created). Broken configs stop earlier, with kind's own message: the control.
 - the config has the layout of the local harness's sample nodes, and names the nodes the demo's
   legacy pods are bound to;
 - ``hack/kind/gpu-nodes.sh`` turns nodes labelled as the config labels kind's workers, without

@@ -8,14 +8,18 @@
 #   fakegpu (a device plugin), fakedra (a DRA kubelet plugin),        (hack/k8s/fakegpu, hack/k8s/fakedra,
 #   pause (the pod sandbox's process)                                  hack/k8s/pause)
 #   containerd, containerd-shim-runc-v2, ctr                          (github.com/containerd/containerd)
+# and with --kind also what a locally made kind node image needs (hack/kind/node-image.sh):
+#   kubeadm, kube-proxy                                               (k8s.io/kubernetes, hack/k8s/)
+#   coredns                                                           (github.com/coredns/coredns)
 #
 # Binaries land in ${GPUPLAN_CACHE:-$HOME/.cache/gpuplan}/k8s-<version>/bin/ and are reused when
 # present with the right version stamp, so a second run takes a moment. A cold build on 2 cores
 # takes a while (see the report printed at the end); Go's module and build caches are reused too.
 #
-# Usage: bash hack/build-binaries.sh [--force] [--kubelet] [--print-bin-dir]
+# Usage: bash hack/build-binaries.sh [--force] [--kubelet] [--kind] [--print-bin-dir]
 #   --force          rebuild everything even if cached
 #   --kubelet        also build the node binaries (kubelet, containerd, fakegpu, fakedra, pause)
+#   --kind           also build kubeadm, kube-proxy and coredns (implies --kubelet)
 #   --print-bin-dir  print the bin directory and exit (nothing is built)
 set -euo pipefail
 
@@ -25,12 +29,14 @@ source "${HACK_DIR}/versions.sh"
 
 FORCE=0
 KUBELET=0
+KIND=0
 for arg in "$@"; do
   case "${arg}" in
     --force) FORCE=1 ;;
     --kubelet) KUBELET=1 ;;
+    --kind) KUBELET=1; KIND=1 ;;
     --print-bin-dir) echo "${GPUPLAN_BIN_DIR}"; exit 0 ;;
-    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-binaries: unknown argument: ${arg}" >&2; exit 2 ;;
   esac
 done
@@ -194,6 +200,22 @@ if [[ "${KUBELET}" == 1 ]]; then
     done
   fi
   build pause "$(node_key pause)" "${HACK_DIR}/k8s" ./pause "-s -w"
+fi
+
+if [[ "${KIND}" == 1 ]]; then
+  # kubeadm checks the version stamp of itself and of the kubelet: same ldflags as the others.
+  need_kind=0
+  for b in kubeadm kube-proxy; do
+    is_cached "${b}" "${K8S_VERSION}" || need_kind=1
+  done
+  if [[ "${need_kind}" == 1 ]]; then
+    download "${HACK_DIR}/k8s" "kubeadm and kube-proxy ${K8S_VERSION}" k8s.io/kubernetes/cmd/kubeadm \
+      k8s.io/kubernetes/cmd/kube-proxy
+  fi
+  build kubeadm "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kubeadm "${K8S_LDFLAGS}"
+  build kube-proxy "${K8S_VERSION}" "${HACK_DIR}/k8s" k8s.io/kubernetes/cmd/kube-proxy "${K8S_LDFLAGS}"
+  # a plain module: its own go.sum, as kwok's (cold: about 7 minutes here, its many plugins)
+  build coredns "${COREDNS_VERSION}" - "github.com/coredns/coredns@${COREDNS_VERSION}" "-s -w"
 fi
 
 if [[ ${#BUILT[@]} -gt 0 ]]; then

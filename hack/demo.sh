@@ -54,6 +54,9 @@ case "${CLUSTER:-local}" in
   kind)
     KUBECONFIG="$(bash "${HACK_DIR}/kind/up.sh")"
     export KUBECONFIG
+    # the cluster's kubectl (up.sh made sure of it: the harness's when built, else the one on PATH)
+    bin="$(bash "${HACK_DIR}/build-binaries.sh" --print-bin-dir)"
+    if [[ -x "${bin}/kubectl" ]]; then PATH="${bin}:${PATH}"; fi
     ;;
   *) die "CLUSTER=${CLUSTER}: expected local or kind" ;;
 esac

@@ -2,8 +2,14 @@
 # Install the Debian packages the image build and its tests need (CI runs this; on a machine of
 # your own install them however you like): podman (with runc), and mmdebstrap for the base image.
 # Idempotent and quiet: asks apt only for what is missing. Needs root (or sudo) and apt.
+# --kind: also what kind's podman nodes need (hack/kind/up.sh): the dnsname CNI plugin, through
+# which podman's CNI networks resolve container names (kind's workers join the control plane by
+# its name).
 set -euo pipefail
 PACKAGES=(podman runc mmdebstrap)
+if [[ "${1:-}" == --kind ]]; then
+  PACKAGES+=(golang-github-containernetworking-plugin-dnsname)
+fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}\n' "${p}" 2>/dev/null | grep -q '^install ok installed$' || missing+=("${p}")

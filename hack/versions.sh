@@ -14,6 +14,9 @@ KWOK_VERSION="v0.8.0"
 # devices (which DRA drivers hand to containers; Debian bookworm's 1.6.20 cannot), still reads the
 # version-2 configuration of 1.6 and runs on cgroup v1, which this machine has.
 CONTAINERD_VERSION="v1.7.35"
+# The CoreDNS of a kind node image made here (hack/kind/node-image.sh): the version kubeadm of
+# K8S_VERSION deploys (`kubeadm config images list`).
+COREDNS_VERSION="v1.12.1"
 
 GPUPLAN_CACHE="${GPUPLAN_CACHE:-${HOME}/.cache/gpuplan}"
 GPUPLAN_BIN_DIR="${GPUPLAN_CACHE}/k8s-${K8S_VERSION}/bin"

@@ -4,7 +4,11 @@ set -euo pipefail
 KIND_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "${KIND_DIR}/../.." && pwd)"
 NAME="$(awk '$1 == "name:" {print $2; exit}' "${KIND_DIR}/cluster.yaml")"
-if command -v kind >/dev/null && kind get clusters 2>/dev/null | grep -qx "${NAME}"; then
-  kind delete cluster --name "${NAME}"
+log() { printf '[kind-down %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+# shellcheck source=env.sh
+source "${KIND_DIR}/env.sh"
+if "${KIND}" get clusters 2>/dev/null | grep -qx "${NAME}"; then
+  "${KIND}" delete cluster --name "${NAME}"
 fi
 rm -f "${REPO_ROOT}/.cluster/kind-kubeconfig"

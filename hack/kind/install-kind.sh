@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) and cache the kind binary from the Go module proxy; print its path on stdout. The
-# tests use it to have kind itself parse and validate hack/kind/cluster.yaml (kind cannot create
-# clusters on machines without its node image); `make demo CLUSTER=kind` uses the kind on PATH.
+# tests use it to have kind itself parse and validate hack/kind/cluster.yaml; `make demo
+# CLUSTER=kind` uses the kind on PATH, else this one (hack/kind/env.sh).
 #
 # The binary lands in ${GPUPLAN_CACHE:-$HOME/.cache/gpuplan}/kind-<version>/kind.
 # Usage: bash hack/kind/install-kind.sh
