@@ -29,7 +29,7 @@ lock: $(BIN)/python ## rewrite constraints.txt from the newest versions pyprojec
 	  .lock-venv/bin/pip freeze --exclude gpuplan --disable-pip-version-check; } >constraints.txt
 	rm -rf .lock-venv
 
-test: unit view e2e chaos kubelet ## run every test: unit, property, loadtest, chart, the plan page in a browser, then e2e, the fault suite and the real-kubelet suite
+test: unit view e2e chaos kubelet kind-e2e ## run every test: unit, property, loadtest, chart, the plan page in a browser, then e2e, the fault suite, the real-kubelet suite and the demo on kind
 
 unit: ## unit and property tests (no cluster needed)
 	$(BIN)/pytest -q tests --ignore=tests/view
@@ -99,7 +99,7 @@ cluster-down: ## stop the demo operator (if running) and the local cluster (CLUS
 demo: install ## local cluster + CRD + operator + the sample plan (CLUSTER=kind: on kind, with Docker or podman)
 	CLUSTER=$(or $(CLUSTER),local) bash hack/demo.sh
 
-kind-e2e: install ## make demo CLUSTER=kind on a kind cluster made here (podman, a node image from the harness's binaries), checked, deleted (~3 min warm; not in make test)
+kind-e2e: install ## make demo CLUSTER=kind on a kind cluster made here (podman, a node image from the harness's binaries), checked, deleted (~2.5 min warm)
 	bash hack/install-image-tools.sh --kind
 	@if [ -f .cluster/operator.pid ] && kill -0 $$(cat .cluster/operator.pid) 2>/dev/null; then \
 	  echo "a demo operator is running (make cluster-down stops it): kind-e2e starts its own" >&2; exit 1; fi
