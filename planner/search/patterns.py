@@ -62,6 +62,7 @@ ARCFLOW_LEAST = 0.3  # ... and at least this share, however long the LP took
 FIXING_CELLS = 3_000_000  # capacity × sizes past which the graph is not even tried (it would not fit)
 SETTLE_SHARE = 0.5  # of the arc-flow's time, what taking the LP to its optimum may use
 BRANCH_SHARE = 0.8  # of the arc-flow's time left, what the branch and bound over its LP may use
+BRANCH_LATE = 0.85  # ... or until this share of the whole time, on a graph that fixing shrank
 
 
 def eligible(problem: TypeProblem) -> bool:
@@ -343,7 +344,9 @@ def place(problem: TypeProblem, bins: Bins, chosen: Sequence[Column]) -> list[No
     return placed
 
 
-def _arcflow(bins: Bins, lp: LpBound, deadline: float) -> tuple[arcflow.Flow | None, LpBound]:
+def _arcflow(
+    bins: Bins, lp: LpBound, deadline: float, late: float | None = None
+) -> tuple[arcflow.Flow | None, LpBound]:
     """The exact arc-flow model, when its graph (reduced by the LP's duals) is small enough.
 
     A graph of more than :data:`ARCFLOW_ARCS` arcs is first reduced (:mod:`fixing`), with the LP
@@ -369,13 +372,20 @@ def _arcflow(bins: Bins, lp: LpBound, deadline: float) -> tuple[arcflow.Flow | N
             return None, lp
         built = list(red.graphs)
     # branch and bound over the graph's LP first (it refutes what the LP misses by a hair, and
-    # its LP steers it to a packing), then CP-SAT's search over the same graph with the rest
+    # its LP steers it to a packing), then CP-SAT's search over the same graph with the rest.
+    # A graph that fixing shrank is one whose LP rounding failed by a hair: the branch and bound
+    # may then go on until ``late`` (the dive rarely packs those, and CP-SAT did not close them)
     now = time.monotonic()
-    tree = branch.solve(bins, built, now + (deadline - now) * BRANCH_SHARE)
+    stop = now + (deadline - now) * BRANCH_SHARE
+    if before > ARCFLOW_ARCS and late is not None:
+        stop = max(stop, late)
+    tree = branch.solve(bins, built, stop)
     if tree.columns is not None:
         return arcflow.Flow(tree.columns, False, sum(len(g.arcs) for g in built), tree.seconds), lp
     if tree.refuted:
         return arcflow.Flow(None, True, sum(len(g.arcs) for g in built), tree.seconds), lp
+    if time.monotonic() >= deadline:
+        return arcflow.Flow(None, False, sum(len(g.arcs) for g in built), tree.seconds), lp
     return arcflow.solve(bins, deadline - time.monotonic(), built), lp
 
 
@@ -408,7 +418,7 @@ def solve(problem: TypeProblem, seconds: float) -> Packing:
     # took long to settle (it is the one that packs or refutes the tight ones)
     now = time.monotonic()
     until = max(start + seconds * ARCFLOW_SHARE, min(start + seconds * 0.9, now + seconds * ARCFLOW_LEAST))
-    flow, lp = _arcflow(bins, lp, until)
+    flow, lp = _arcflow(bins, lp, until, start + seconds * BRANCH_LATE)
     proof = refute_lp(bins, lp)
     if proof is not None:
         return Packing(None, lp, "refuted", proof.reason, proof.items)
