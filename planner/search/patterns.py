@@ -14,9 +14,13 @@ solver does (price and branch over the Gilmore–Gomory pattern model):
 2. **Rounding the LP**: the patterns the LP uses a whole number of times are kept, and the few
    instances left over are packed best-fit decreasing into the nodes left over. On the classic
    families (and on a cluster, where sizes repeat) this finds a packing on the LP bound at once.
-3. **The arc-flow model** (:mod:`planner.search.arcflow`), when its compressed graph is small:
-   every pattern at once, solved by CP-SAT, so it packs or refutes exactly (the triplet
-   instances, every node exactly full, which defeat rounding and diving).
+3. **The arc-flow model** (:mod:`planner.search.arcflow`), when its compressed graph is small
+   (or small once the LP's duals drop the arcs no packing uses, :mod:`planner.search.fixing`):
+   every pattern at once, so it packs or refutes exactly (the triplet instances, every node
+   exactly full, which defeat rounding and diving). A branch and bound over its LP
+   (:mod:`planner.search.branch`) goes first, each pruning proven in integers: it refutes the
+   instances whose LP bound is a hair below the node count; CP-SAT's search over the same
+   graph has the rest of the time.
 4. **Diving**: fix the patterns the LP uses, solve the LP of what is left, back up on a dead end;
    a small residual is packed exactly.
 5. **The restricted master as an integer program**: CP-SAT chooses how many nodes of each class
@@ -40,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.model.options import TypeProblem
-from planner.search import arcflow, fixing
+from planner.search import arcflow, branch, fixing
 from planner.search.bounds import Bins, LpBound, bins_of, l2, lp_bound, refute_lp
 from planner.search.place import NodeCounts
 
@@ -57,6 +61,8 @@ FIXING_ARCS = 100_000  # a larger graph is not built, even to be reduced by the 
 ARCFLOW_LEAST = 0.3  # ... and at least this share, however long the LP took
 FIXING_CELLS = 3_000_000  # capacity × sizes past which the graph is not even tried (it would not fit)
 SETTLE_SHARE = 0.5  # of the arc-flow's time, what taking the LP to its optimum may use
+BRANCH_SHARE = 0.8  # of the arc-flow's time left, what the branch and bound over its LP may use
+BRANCH_LATE = 0.85  # ... or until this share of the whole time, on a graph that fixing shrank
 
 
 def eligible(problem: TypeProblem) -> bool:
@@ -338,7 +344,9 @@ def place(problem: TypeProblem, bins: Bins, chosen: Sequence[Column]) -> list[No
     return placed
 
 
-def _arcflow(bins: Bins, lp: LpBound, deadline: float) -> tuple[arcflow.Flow | None, LpBound]:
+def _arcflow(
+    bins: Bins, lp: LpBound, deadline: float, late: float | None = None
+) -> tuple[arcflow.Flow | None, LpBound]:
     """The exact arc-flow model, when its graph (reduced by the LP's duals) is small enough.
 
     A graph of more than :data:`ARCFLOW_ARCS` arcs is first reduced (:mod:`fixing`), with the LP
@@ -363,6 +371,21 @@ def _arcflow(bins: Bins, lp: LpBound, deadline: float) -> tuple[arcflow.Flow | N
         if red.after > ARCFLOW_ARCS:
             return None, lp
         built = list(red.graphs)
+    # branch and bound over the graph's LP first (it refutes what the LP misses by a hair, and
+    # its LP steers it to a packing), then CP-SAT's search over the same graph with the rest.
+    # A graph that fixing shrank is one whose LP rounding failed by a hair: the branch and bound
+    # may then go on until ``late`` (the dive rarely packs those, and CP-SAT did not close them)
+    now = time.monotonic()
+    stop = now + (deadline - now) * BRANCH_SHARE
+    if before > ARCFLOW_ARCS and late is not None:
+        stop = max(stop, late)
+    tree = branch.solve(bins, built, stop)
+    if tree.columns is not None:
+        return arcflow.Flow(tree.columns, False, sum(len(g.arcs) for g in built), tree.seconds), lp
+    if tree.refuted:
+        return arcflow.Flow(None, True, sum(len(g.arcs) for g in built), tree.seconds), lp
+    if time.monotonic() >= deadline:
+        return arcflow.Flow(None, False, sum(len(g.arcs) for g in built), tree.seconds), lp
     return arcflow.solve(bins, deadline - time.monotonic(), built), lp
 
 
@@ -395,7 +418,7 @@ def solve(problem: TypeProblem, seconds: float) -> Packing:
     # took long to settle (it is the one that packs or refutes the tight ones)
     now = time.monotonic()
     until = max(start + seconds * ARCFLOW_SHARE, min(start + seconds * 0.9, now + seconds * ARCFLOW_LEAST))
-    flow, lp = _arcflow(bins, lp, until)
+    flow, lp = _arcflow(bins, lp, until, start + seconds * BRANCH_LATE)
     proof = refute_lp(bins, lp)
     if proof is not None:
         return Packing(None, lp, "refuted", proof.reason, proof.items)
