@@ -40,6 +40,7 @@ fields and indices exactly as before.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -55,6 +56,7 @@ from planner import InvalidInput
 
 LARGE = 1 << 20  # bytes: below this the generic reader is as fast, and reads every field
 CHUNK = 2000  # YAML items parsed together: big enough to amortise a call, small in memory
+TWO_PROCESSES = 16 << 20  # bytes of YAML items from which a second process reads half of them
 
 # What planner.read.parse reads of a Node (parse_nodes) and of a Pod (snapshot, pod_is_active,
 # pod_requests). None: the whole value; a dict: these keys of a mapping; a one-item list: each
@@ -77,6 +79,8 @@ _DECODE = msgspec.json.Decoder()
 _ENCODE = msgspec.json.Encoder()
 _RAW_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
 _RAW_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_MSGPACK = msgspec.msgpack.Encoder()
+_MSGPACK_DECODE = msgspec.msgpack.Decoder()
 _ESCAPED_COLON = (b"\\u003a", b"\\u003A")
 
 
@@ -120,10 +124,13 @@ def _from_json(data: bytes, fields: Fields) -> dict[str, Any]:
 # --- YAML ---------------------------------------------------------------------------------
 
 _ITEMS = re.compile(rb"^items:[ \t]*\r?\n", re.M)
-_AFTER_ITEMS = re.compile(rb"\n[^-#\s]")  # the first top-level key after the list
-_ITEM_START = re.compile(rb"\n-(?=[ \t\r\n])")
+# a line at the left margin that is not a comment: in the items an item's `- `, then what follows
+_MARGIN = re.compile(rb"\n[^#\s]")
+_AFTER_DASH = (b" ", b"\t", b"\r", b"\n")  # a `-` at the margin before one of these starts an item
 # documents, anchors, aliases, tags, merges; and tabs, which the two parsers treat differently
 _NOT_PLAIN = (b"\n---", b"\n...", b"\n%", b"&", b"*", b"!", b"<<", b"\t")
+_RARE = _NOT_PLAIN[3:]  # looked for in the whole text: rare bytes, each found by memchr
+_AT_MARGIN = _NOT_PLAIN[:3]  # looked for outside the items; inside, among the lines at the margin
 _STR = "tag:yaml.org,2002:str"
 
 
@@ -259,16 +266,34 @@ def _holds(data: bytes) -> Callable[[bytes], bool]:
     return holds
 
 
-def _items_region(data: bytes) -> tuple[int, int, int]:
-    """Where the items of a top-level ``items:`` block sequence at the left margin start and end."""
+def _items_region(data: bytes) -> tuple[int, int, int, list[int]]:
+    """Where the items of a top-level ``items:`` block sequence at the left margin start and end,
+    and where each item starts.
+
+    Inside the items every line at the left margin starts with ``-``, ``#`` or white space (the
+    first that does not ends them), so a document's ``---`` there is one of the lines at the
+    margin, seen once each, and ``...`` or ``%`` cannot be there: only the text before and after
+    the items is searched for those (a search of 200 MB for ``\\n---`` stops at every ``-``)."""
     found = _ITEMS.search(data)
-    if found is None or data.startswith((b"---", b"...", b"%")) or any(map(_holds(data), _NOT_PLAIN)):
+    if found is None or data.startswith((b"---", b"...", b"%")) or any(map(_holds(data), _RARE)):
         raise _Generic  # anchors, aliases, tags, merges or documents: the generic reader
     start = found.end()
-    if not data.startswith(b"-", start):
+    if not data.startswith(b"-", start) or data.startswith(b"---", start):
         raise _Generic
-    after = _AFTER_ITEMS.search(data, start)
-    return found.start(), start, after.start() + 1 if after else len(data)
+    starts = [start]
+    end = len(data)
+    for line in _MARGIN.finditer(data, start):
+        at = line.start() + 1
+        if data[at] != 0x2D:  # not `-`: the first key after the list
+            end = at
+            break
+        if data.startswith(b"---", at):
+            raise _Generic  # a second document
+        if data[at + 1 : at + 2] in _AFTER_DASH:
+            starts.append(at)
+    if any(map(_holds(data[:start]), _AT_MARGIN)) or any(map(_holds(data[end - 1 :]), _AT_MARGIN)):
+        raise _Generic
+    return found.start(), start, end, starts
 
 
 def _chunks(starts: list[int], end: int) -> Iterator[tuple[int, int, list[int]]]:
@@ -301,30 +326,32 @@ def _one_yaml_item(data: bytes, start: int, stop: int, source: str, what: str) -
     return doc[0]
 
 
-def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str, Any]:
-    import ryml  # rapidyaml: only for large YAML lists
+class _YamlChunks:
+    """Reads the items of a YAML list a chunk at a time (one rapidyaml tree and one output
+    buffer kept across chunks); a chunk's answer is its items and whether they are only what
+    JSON holds (then msgpack carries them from a worker; PyYAML's dates need pickle)."""
 
-    from gpuplan.nodes_json import Unexpected, read_nodes
+    def __init__(self, data: bytes, source: str, what: str, fields: Fields) -> None:
+        import ryml  # rapidyaml: only for large YAML lists
 
-    begin, start, end = _items_region(data)
-    try:
-        head = yaml.load(data[:begin] + b"items: []\n" + data[end:], Loader=UniqueKeyLoader)
-    except (yaml.YAMLError, DuplicateKey):
-        raise _Generic from None  # the generic reader says where
-    if not isinstance(head, dict):
-        raise _Generic
-    starts = [start] + [m.start() + 1 for m in _ITEM_START.finditer(data, start, end)]
-    tree = ryml.Tree()
-    out = bytearray()
-    items: list[Any] = []
-    for first, stop, group in _chunks(starts, end):
+        self.data, self.source, self.what, self.fields = data, source, what, fields
+        self.tree = ryml.Tree()
+        self.out = bytearray()
+
+    def items(self, chunk_at: tuple[int, int, list[int]]) -> tuple[list[Any], bool]:
+        import ryml
+
+        from gpuplan.nodes_json import Unexpected, read_nodes
+
+        data, source, what, fields = self.data, self.source, self.what, self.fields
+        first, stop, group = chunk_at
         chunk = data[first:stop]
         if _reserved_start(chunk):  # these few thousand items by PyYAML, as the generic reader would
             doc = _pyyaml(chunk, partial(data.count, b"\n", 0, first), source, what)
             if not isinstance(doc, list) or len(doc) != len(group):
                 raise _Generic
-            items += [prune(item, fields) for item in doc]
-            continue
+            return [prune(item, fields) for item in doc], False
+        tree = self.tree
         try:
             tree.clear()
             tree.clear_arena()
@@ -333,15 +360,17 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
             root = tree.root_id()
             if not tree.is_seq(root) or tree.num_children(root) != len(group):
                 raise _Generic
-            if len(out) < 3 * len(chunk):
-                out = bytearray(3 * len(chunk))
+            if len(self.out) < 3 * len(chunk):
+                self.out = bytearray(3 * len(chunk))
             try:  # written into one buffer kept across chunks: no second pass to size it
-                text = bytes(ryml.emit_json_in_place(tree, out))
+                text = bytes(ryml.emit_json_in_place(tree, self.out))
             except IndexError:  # JSON larger than thrice the YAML: let it size the buffer
                 text = ryml.emit_json(tree).encode("utf-8")
         except (ryml.ExceptionParse, ryml.ExceptionBasic, UnicodeError):
             raise _Generic from None
         ends = [*group[1:], stop]
+        items: list[Any] = []
+        plain = True
         if fields is NODE_FIELDS:
             try:  # as a JSON node list is read: the planner's fields only
                 nodes = read_nodes(b'{"items":' + text + b"}")["items"]
@@ -351,8 +380,9 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
                 for item, item_start, item_end in zip(nodes, group, ends, strict=True):
                     if not _yaml_reads_the_same(item):  # a value PyYAML reads otherwise
                         item = prune(_one_yaml_item(data, item_start, item_end, source, what), fields)
+                        plain = False
                     items.append(item)
-                continue
+                return items, plain
         try:
             raws = _RAW_ITEMS.decode(text)
             wholes = [_DECODE.decode(raw) for raw in raws]
@@ -367,8 +397,46 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
                 _yaml_reads_the_same(item)
             ):  # a key given twice (PyYAML names its lines), or a value PyYAML reads otherwise
                 item = prune(_one_yaml_item(data, item_start, item_end, source, what), fields)
+                plain = False
             items.append(item)
-    return head | {"items": items}
+        return items, plain
+
+
+def _pack(answer: tuple[list[Any], bool]) -> bytes:
+    """A chunk's answer as the worker sends it: msgpack (C, a tenth of pickle's time) when it
+    holds only what JSON holds, else pickle (dates, and whatever else PyYAML made)."""
+    items, plain = answer
+    if plain:
+        try:
+            return b"m" + _MSGPACK.encode(items)
+        except (TypeError, OverflowError, msgspec.EncodeError):
+            pass  # an integer past 64 bits
+    return b"p" + pickle.dumps(items, pickle.HIGHEST_PROTOCOL)
+
+
+def _unpack(payload: bytes) -> tuple[list[Any], bool]:
+    if payload[:1] == b"m":
+        return _MSGPACK_DECODE.decode(payload[1:]), True
+    return pickle.loads(payload[1:]), False  # written by this process's own fork
+
+
+def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str, Any]:
+    from gpuplan.halves import in_two
+
+    begin, start, end, starts = _items_region(data)
+    try:
+        head = yaml.load(data[:begin] + b"items: []\n" + data[end:], Loader=UniqueKeyLoader)
+    except (yaml.YAMLError, DuplicateKey):
+        raise _Generic from None  # the generic reader says where
+    if not isinstance(head, dict):
+        raise _Generic
+    chunks = list(_chunks(starts, end))
+    reader = _YamlChunks(data, source, what, fields)
+    if end - start < TWO_PROCESSES:
+        answers = [reader.items(c) for c in chunks]
+    else:  # the second half of the chunks read by a worker on the second core, if there is one
+        answers = in_two(chunks, reader.items, _pack, _unpack)
+    return head | {"items": [item for items, _ in answers for item in items]}
 
 
 def load_list(path: str, what: str, fields: Fields) -> Any:
