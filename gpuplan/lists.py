@@ -129,8 +129,8 @@ _MARGIN = re.compile(rb"\n[^#\s]")
 _AFTER_DASH = (b" ", b"\t", b"\r", b"\n")  # a `-` at the margin before one of these starts an item
 # documents, anchors, aliases, tags, merges; and tabs, which the two parsers treat differently
 _NOT_PLAIN = (b"\n---", b"\n...", b"\n%", b"&", b"*", b"!", b"<<", b"\t")
-_RARE = _NOT_PLAIN[3:]  # looked for in the whole text: rare bytes, each found by memchr
-_AT_MARGIN = _NOT_PLAIN[:3]  # looked for outside the items; inside, among the lines at the margin
+_RARE = _NOT_PLAIN[3:]  # in the items: looked for chunk by chunk, once their first bytes are seen
+# (the first three are looked for outside the items; inside, among the lines at the margin)
 _STR = "tag:yaml.org,2002:str"
 
 
@@ -239,21 +239,34 @@ _ROLES = bytes(
 _RESERVED_PAIRS = (b"\x01\x02", b"\x01\x03", b"\x03\x02", b"\x03\x03")
 
 
+# the roles with one more: a byte that may start an anchor, alias, tag or merge, or a tab (bit 7,
+# out of reach of the shift below)
+_SCAN = bytes(r | (128 if chr(b) in "&*!<\t" else 0) for b, r in enumerate(_ROLES))
+
+
 def _reserved_start(text: bytes) -> bool:
     """Whether such a start occurs in ``text``: the ``@`` of ``repo@sha256:...`` does not count;
     a quoted string that happens to hold ``a @b`` sends the file to the generic reader, slower
-    but the same.
+    but the same."""
+    return _scan(text)[1]
+
+
+def _scan(text: bytes) -> tuple[bool, bool]:
+    """Whether ``text`` may hold what is not plain (:data:`_RARE`'s first bytes), and whether it
+    holds a reserved start.
 
     One pass: every byte's role (one translate), then each role beside the next one's, shifted
     so that "may come before" meets "may not start" in the lowest bit (numpy, a few MB at a
     time). Searching the text for each pair of such bytes instead read it once per pair: a
-    second a chunk of 200 MB of kubectl's YAML."""
+    second a chunk of 200 MB of kubectl's YAML; each rare byte looked for alone, 60 ms."""
     import numpy as np  # large YAML lists only: a plan on a small cluster never loads it
 
     if b"[" in text or b"{" in text:
         text = text.replace(b"[]", b"..").replace(b"{}", b"..")
-    roles = np.frombuffer(text.translate(_ROLES), np.uint8)
-    return bool(np.any(roles[:-1] & (roles[1:] >> 1)))
+    roles = np.frombuffer(text.translate(_SCAN), np.uint8)
+    if not len(roles):
+        return False, False
+    return bool(roles.max() >= 128), bool(np.any(roles[:-1] & (roles[1:] >> 1)))
 
 
 def _holds(data: bytes) -> Callable[[bytes], bool]:
@@ -273,10 +286,12 @@ def _items_region(data: bytes) -> tuple[int, int, int, list[int]]:
     Inside the items every line at the left margin starts with ``-``, ``#`` or white space (the
     first that does not ends them), so a document's ``---`` there is one of the lines at the
     margin, seen once each, and ``...`` or ``%`` cannot be there: only the text before and after
-    the items is searched for those (a search of 200 MB for ``\\n---`` stops at every ``-``)."""
+    the items is searched for those (a search of 200 MB for ``\\n---`` stops at every ``-``).
+    Anchors, aliases, tags, merges and tabs are looked for here before and after the items, and
+    in the items chunk by chunk (:func:`_scan`, in the pass that looks for a reserved start)."""
     found = _ITEMS.search(data)
-    if found is None or data.startswith((b"---", b"...", b"%")) or any(map(_holds(data), _RARE)):
-        raise _Generic  # anchors, aliases, tags, merges or documents: the generic reader
+    if found is None or data.startswith((b"---", b"...", b"%")):
+        raise _Generic
     start = found.end()
     if not data.startswith(b"-", start) or data.startswith(b"---", start):
         raise _Generic
@@ -291,8 +306,8 @@ def _items_region(data: bytes) -> tuple[int, int, int, list[int]]:
             raise _Generic  # a second document
         if data[at + 1 : at + 2] in _AFTER_DASH:
             starts.append(at)
-    if any(map(_holds(data[:start]), _AT_MARGIN)) or any(map(_holds(data[end - 1 :]), _AT_MARGIN)):
-        raise _Generic
+    if any(map(_holds(data[:start]), _NOT_PLAIN)) or any(map(_holds(data[end - 1 :]), _NOT_PLAIN)):
+        raise _Generic  # anchors, aliases, tags, merges or documents: the generic reader
     return found.start(), start, end, starts
 
 
@@ -346,7 +361,10 @@ class _YamlChunks:
         data, source, what, fields = self.data, self.source, self.what, self.fields
         first, stop, group = chunk_at
         chunk = data[first:stop]
-        if _reserved_start(chunk):  # these few thousand items by PyYAML, as the generic reader would
+        rare, reserved = _scan(chunk)
+        if rare and any(map(_holds(chunk), _RARE)):
+            raise _Generic  # anchors, aliases, tags, merges or tabs: the generic reader
+        if reserved:  # these few thousand items by PyYAML, as the generic reader would
             doc = _pyyaml(chunk, partial(data.count, b"\n", 0, first), source, what)
             if not isinstance(doc, list) or len(doc) != len(group):
                 raise _Generic

@@ -64,6 +64,31 @@ def test_a_document_marker_among_the_items_goes_to_the_generic_reader(
             lists._from_yaml(text.encode(), "f", "nodes", NODE_FIELDS)
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["&a z1", "*a", "!!str z1", "z1\n      <<: {a: 1}", "\tz1", "a < b", "a!b", "'a&b'", "[a, *b]"],
+)
+@pytest.mark.parametrize("node_at", [0, 4, 8])
+def test_an_anchor_tag_merge_or_tab_in_any_chunk_reads_or_fails_as_the_generic_reader(
+    value: str, node_at: int
+) -> None:
+    text = NODES.replace(
+        f"name: n{node_at}\n    labels:\n      zone: z1",
+        f"name: n{node_at}\n    labels:\n      zone: {value}",
+    )
+    data = text.encode()
+    fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS)), text
+
+
+@pytest.mark.parametrize("name", ["&x n8", "*x", "!!str n8", "n8\t", "n8\n    <<: {a: 1}"])
+def test_an_anchor_tag_merge_or_tab_in_a_later_chunk_sends_the_file_to_the_generic_reader(name: str) -> None:
+    """As they did when the whole file was searched first (tabs: the two parsers differ on some)."""
+    data = NODES.replace("name: n8\n", f"name: {name}\n").encode()
+    with pytest.raises(lists._Generic):
+        lists._from_yaml(data, "f", "nodes", NODE_FIELDS)
+
+
 # --- two processes ------------------------------------------------------------------------
 
 
