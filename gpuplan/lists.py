@@ -450,10 +450,15 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
         raise _Generic
     chunks = list(_chunks(starts, end))
     reader = _YamlChunks(data, source, what, fields)
-    if end - start < TWO_PROCESSES:
-        answers = [reader.items(c) for c in chunks]
-    else:  # the second half of the chunks read by a worker on the second core, if there is one
-        answers = in_two(chunks, reader.items, _pack, _unpack)
+    try:
+        if end - start < TWO_PROCESSES:
+            answers = [reader.items(c) for c in chunks]
+        else:  # the second half of the chunks read by a worker on the second core, if there is one
+            answers = in_two(chunks, reader.items, _pack, _unpack)
+    except InvalidInput:  # a key given twice; but an alias, tag... later is the generic reader's
+        if any(map(_holds(data), _RARE)):  # (it reports an undefined alias first, wherever it is)
+            raise _Generic from None
+        raise
     return head | {"items": [item for items, _ in answers for item in items]}
 
 

@@ -89,6 +89,15 @@ def test_an_anchor_tag_merge_or_tab_in_a_later_chunk_sends_the_file_to_the_gener
         lists._from_yaml(data, "f", "nodes", NODE_FIELDS)
 
 
+@pytest.mark.parametrize("later", ["name: &x n8", "name: n8\t", "name: !!str n8", "name: *x"])
+@pytest.mark.parametrize("twice", ["name: n1\n    name: z", "name: n1\n    labels:\n      a: 1\n      a: 2"])
+def test_a_key_given_twice_before_an_alias_or_tag_fails_as_the_generic_reader(later: str, twice: str) -> None:
+    """The generic reader reports an undefined alias before an earlier key given twice."""
+    data = NODES.replace("name: n1", twice, 1).replace("name: n8", later).encode()
+    fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS))
+
+
 # --- two processes ------------------------------------------------------------------------
 
 
