@@ -46,6 +46,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache, partial
+from itertools import chain
 from typing import Any
 
 import msgspec
@@ -175,6 +176,38 @@ def _yaml_reads_the_same(item: Any) -> bool:
                 return False
         elif kind is float:
             return False
+    return True
+
+
+def _all_read_the_same(items: list[Any]) -> bool:
+    """Whether :func:`_yaml_reads_the_same` holds for every one of ``items``, found a level at a
+    time: all the level's keys as one set, all its strings as one set, what its mappings and lists
+    hold as the next level (loops in C over 2,000 items, not a Python call per mapping: most
+    strings and keys are the same in every node)."""
+    level: list[Any] = items
+    while level:
+        kinds = set(map(type, level))
+        if float in kinds:
+            return False
+        mixed = len(kinds) > 1
+        below: list[Any] = []
+        if dict in kinds:
+            dicts = [v for v in level if type(v) is dict] if mixed else level
+            keys: set[str] = set().union(*dicts)
+            if not _OK_KEYS.issuperset(keys) and not all(map(_key_ok, keys - _OK_KEYS)):
+                return False
+            below.extend(chain.from_iterable(map(dict.values, dicts)))
+        if list in kinds:
+            below.extend(
+                chain.from_iterable(v for v in level if type(v) is list)
+                if mixed
+                else chain.from_iterable(level)
+            )
+        if str in kinds:
+            strings = {v for v in level if type(v) is str} if mixed else set(level)
+            if not _OK_VALUES.issuperset(strings) and not all(map(_value_ok, strings - _OK_VALUES)):
+                return False
+        level = below
     return True
 
 
@@ -395,6 +428,8 @@ class _YamlChunks:
             except Unexpected:
                 nodes = None  # item by item, then
             if nodes is not None and len(nodes) == len(group):
+                if _all_read_the_same(nodes):  # else find which, item by item
+                    return nodes, True
                 for item, item_start, item_end in zip(nodes, group, ends, strict=True):
                     if not _yaml_reads_the_same(item):  # a value PyYAML reads otherwise
                         item = prune(_one_yaml_item(data, item_start, item_end, source, what), fields)

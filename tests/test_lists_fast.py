@@ -9,11 +9,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuplan import halves, lists
 from gpuplan.lists import NODE_FIELDS, read_list
 from planner.base.errors import InvalidInput
-from tests.test_lists import expected, read_or_refuse
+from tests.test_lists import TRICKY, expected, read_or_refuse
 
 
 @pytest.fixture(autouse=True)
@@ -96,6 +98,32 @@ def test_a_key_given_twice_before_an_alias_or_tag_fails_as_the_generic_reader(la
     data = NODES.replace("name: n1", twice, 1).replace("name: n8", later).encode()
     fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
     assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS))
+
+
+values = st.recursive(
+    st.sampled_from(TRICKY)
+    | st.text(max_size=3)
+    | st.integers(-3, 3)
+    | st.booleans()
+    | st.none()
+    | st.floats(),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(TRICKY) | st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(items=st.lists(values, max_size=5))
+def test_a_chunk_reads_the_same_exactly_when_each_of_its_items_does(items: list[Any]) -> None:
+    lists._OK_KEYS.clear()
+    lists._OK_VALUES.clear()
+    each = all(map(lists._yaml_reads_the_same, items))
+    lists._OK_KEYS.clear()
+    lists._OK_VALUES.clear()
+    assert lists._all_read_the_same(items) == each
 
 
 # --- two processes ------------------------------------------------------------------------
