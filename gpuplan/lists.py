@@ -21,6 +21,11 @@ fields and indices exactly as before.
   kept for compatibility) and JSON read a few plain scalars differently (``yes``, ``~``,
   ``0x10``, dates, ``1e3``): an item whose kept fields hold a string that PyYAML would read as
   something else unquoted, or any float, is read again by PyYAML, so every value is PyYAML's.
+  The text is read in few passes: the lines at the left margin once (item starts, the list's
+  end, a document marker), each chunk's bytes once (one translate to their roles, then numpy:
+  a reserved start, an anchor, tag or tab). When the machine has a core to spare (a load below
+  its cores less one), a forked worker reads the second half of the chunks
+  (:mod:`gpuplan.halves`); on this project's shared 2-core machine it has none.
 - A mapping key given twice is found without a second parser: values written back by msgspec
   (one key each) have fewer colons than their text exactly when a key was dropped (escaped
   colons, ``\\u003a``, send the file to the generic reader). The item is then read by the generic
@@ -40,7 +45,6 @@ fields and indices exactly as before.
 from __future__ import annotations
 
 import os
-import pickle
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -458,6 +462,8 @@ class _YamlChunks:
 def _pack(answer: tuple[list[Any], bool]) -> bytes:
     """A chunk's answer as the worker sends it: msgpack (C, a tenth of pickle's time) when it
     holds only what JSON holds, else pickle (dates, and whatever else PyYAML made)."""
+    import pickle  # large lists read by two processes only
+
     items, plain = answer
     if plain:
         try:
@@ -468,6 +474,8 @@ def _pack(answer: tuple[list[Any], bool]) -> bytes:
 
 
 def _unpack(payload: bytes) -> tuple[list[Any], bool]:
+    import pickle
+
     if payload[:1] == b"m":
         return _MSGPACK_DECODE.decode(payload[1:]), True
     return pickle.loads(payload[1:]), False  # written by this process's own fork
