@@ -60,7 +60,7 @@ from gpuplan.documents import DuplicateKey, UniqueKeyLoader, one, parse, read_by
 from planner import InvalidInput
 
 LARGE = 1 << 20  # bytes: below this the generic reader is as fast, and reads every field
-CHUNK = 2000  # YAML items parsed together: big enough to amortise a call, small in memory
+CHUNK = 500  # YAML items parsed together: a call amortised, and rapidyaml's tree (a few MB) stays in cache
 TWO_PROCESSES = 16 << 20  # bytes of YAML items from which a second process reads half of them
 
 # What planner.read.parse reads of a Node (parse_nodes) and of a Pod (snapshot, pod_is_active,
@@ -186,7 +186,7 @@ def _yaml_reads_the_same(item: Any) -> bool:
 def _all_read_the_same(items: list[Any]) -> bool:
     """Whether :func:`_yaml_reads_the_same` holds for every one of ``items``, found a level at a
     time: all the level's keys as one set, all its strings as one set, what its mappings and lists
-    hold as the next level (loops in C over 2,000 items, not a Python call per mapping: most
+    hold as the next level (loops in C over a chunk's items, not a Python call per mapping: most
     strings and keys are the same in every node)."""
     level: list[Any] = items
     while level:
