@@ -21,6 +21,11 @@ fields and indices exactly as before.
   kept for compatibility) and JSON read a few plain scalars differently (``yes``, ``~``,
   ``0x10``, dates, ``1e3``): an item whose kept fields hold a string that PyYAML would read as
   something else unquoted, or any float, is read again by PyYAML, so every value is PyYAML's.
+  The text is read in few passes: the lines at the left margin once (item starts, the list's
+  end, a document marker), each chunk's bytes once (one translate to their roles, then numpy:
+  a reserved start, an anchor, tag or tab). When the machine has a core to spare (a load below
+  its cores less one), a forked worker reads the second half of the chunks
+  (:mod:`gpuplan.halves`); on this project's shared 2-core machine it has none.
 - A mapping key given twice is found without a second parser: values written back by msgspec
   (one key each) have fewer colons than their text exactly when a key was dropped (escaped
   colons, ``\\u003a``, send the file to the generic reader). The item is then read by the generic
@@ -45,6 +50,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache, partial
+from itertools import chain
 from typing import Any
 
 import msgspec
@@ -54,7 +60,8 @@ from gpuplan.documents import DuplicateKey, UniqueKeyLoader, one, parse, read_by
 from planner import InvalidInput
 
 LARGE = 1 << 20  # bytes: below this the generic reader is as fast, and reads every field
-CHUNK = 2000  # YAML items parsed together: big enough to amortise a call, small in memory
+CHUNK = 500  # YAML items parsed together: a call amortised, and rapidyaml's tree (a few MB) stays in cache
+TWO_PROCESSES = 16 << 20  # bytes of YAML items from which a second process reads half of them
 
 # What planner.read.parse reads of a Node (parse_nodes) and of a Pod (snapshot, pod_is_active,
 # pod_requests). None: the whole value; a dict: these keys of a mapping; a one-item list: each
@@ -77,6 +84,8 @@ _DECODE = msgspec.json.Decoder()
 _ENCODE = msgspec.json.Encoder()
 _RAW_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
 _RAW_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_MSGPACK = msgspec.msgpack.Encoder()
+_MSGPACK_DECODE = msgspec.msgpack.Decoder()
 _ESCAPED_COLON = (b"\\u003a", b"\\u003A")
 
 
@@ -120,10 +129,13 @@ def _from_json(data: bytes, fields: Fields) -> dict[str, Any]:
 # --- YAML ---------------------------------------------------------------------------------
 
 _ITEMS = re.compile(rb"^items:[ \t]*\r?\n", re.M)
-_AFTER_ITEMS = re.compile(rb"\n[^-#\s]")  # the first top-level key after the list
-_ITEM_START = re.compile(rb"\n-(?=[ \t\r\n])")
+# a line at the left margin that is not a comment: in the items an item's `- `, then what follows
+_MARGIN = re.compile(rb"\n[^#\s]")
+_AFTER_DASH = (b" ", b"\t", b"\r", b"\n")  # a `-` at the margin before one of these starts an item
 # documents, anchors, aliases, tags, merges; and tabs, which the two parsers treat differently
 _NOT_PLAIN = (b"\n---", b"\n...", b"\n%", b"&", b"*", b"!", b"<<", b"\t")
+_RARE = _NOT_PLAIN[3:]  # in the items: looked for chunk by chunk, once their first bytes are seen
+# (the first three are looked for outside the items; inside, among the lines at the margin)
 _STR = "tag:yaml.org,2002:str"
 
 
@@ -168,6 +180,38 @@ def _yaml_reads_the_same(item: Any) -> bool:
                 return False
         elif kind is float:
             return False
+    return True
+
+
+def _all_read_the_same(items: list[Any]) -> bool:
+    """Whether :func:`_yaml_reads_the_same` holds for every one of ``items``, found a level at a
+    time: all the level's keys as one set, all its strings as one set, what its mappings and lists
+    hold as the next level (loops in C over a chunk's items, not a Python call per mapping: most
+    strings and keys are the same in every node)."""
+    level: list[Any] = items
+    while level:
+        kinds = set(map(type, level))
+        if float in kinds:
+            return False
+        mixed = len(kinds) > 1
+        below: list[Any] = []
+        if dict in kinds:
+            dicts = [v for v in level if type(v) is dict] if mixed else level
+            keys: set[str] = set().union(*dicts)
+            if not _OK_KEYS.issuperset(keys) and not all(map(_key_ok, keys - _OK_KEYS)):
+                return False
+            below.extend(chain.from_iterable(map(dict.values, dicts)))
+        if list in kinds:
+            below.extend(
+                chain.from_iterable(v for v in level if type(v) is list)
+                if mixed
+                else chain.from_iterable(level)
+            )
+        if str in kinds:
+            strings = {v for v in level if type(v) is str} if mixed else set(level)
+            if not _OK_VALUES.issuperset(strings) and not all(map(_value_ok, strings - _OK_VALUES)):
+                return False
+        level = below
     return True
 
 
@@ -225,29 +269,41 @@ def _quiet_stderr() -> Iterator[None]:
 # forbids or reads otherwise there (@, a backquote, ], }, a comma, %, :, ?), or a flow collection
 # other than [] and {}: there the two parsers part ways (PyYAML refuses `zone: @x`, rapidyaml
 # reads it) and kubectl writes neither. Found in C: each byte mapped to its role (1: may come
-# before a scalar, 2: may not start one, 3: both), then four two-byte searches.
+# before a scalar, 2: may not start one, 3: both); a reserved start is one of these pairs of roles.
 _ROLES = bytes(
     3 if chr(b) in ",[{" else 1 if chr(b) in " \n\r" else 2 if chr(b) in "@`]}%:?" else 0 for b in range(256)
 )
 _RESERVED_PAIRS = (b"\x01\x02", b"\x01\x03", b"\x03\x02", b"\x03\x03")
 
 
-_BEFORE = tuple(bytes([b]) for b in range(256) if _ROLES[b] & 1)
-_NOT_START = tuple(bytes([b]) for b in range(256) if _ROLES[b] & 2)
+# the roles with one more: a byte that may start an anchor, alias, tag or merge, or a tab (bit 7,
+# out of reach of the shift below)
+_SCAN = bytes(r | (128 if chr(b) in "&*!<\t" else 0) for b, r in enumerate(_ROLES))
 
 
 def _reserved_start(text: bytes) -> bool:
     """Whether such a start occurs in ``text``: the ``@`` of ``repo@sha256:...`` does not count;
     a quoted string that happens to hold ``a @b`` sends the file to the generic reader, slower
-    but the same.
+    but the same."""
+    return _scan(text)[1]
 
-    Without brackets or braces (kubectl's nodes), the two bytes are looked for as they are: only
-    the pairs of the bytes the text holds at all (each found by memchr), most of them rare."""
+
+def _scan(text: bytes) -> tuple[bool, bool]:
+    """Whether ``text`` may hold what is not plain (:data:`_RARE`'s first bytes), and whether it
+    holds a reserved start.
+
+    One pass: every byte's role (one translate), then each role beside the next one's, shifted
+    so that "may come before" meets "may not start" in the lowest bit (numpy, a few MB at a
+    time). Searching the text for each pair of such bytes instead read it once per pair: a
+    second a chunk of 200 MB of kubectl's YAML; each rare byte looked for alone, 60 ms."""
+    import numpy as np  # large YAML lists only: a plan on a small cluster never loads it
+
     if b"[" in text or b"{" in text:
-        roles = text.replace(b"[]", b"..").replace(b"{}", b"..").translate(_ROLES)
-        return any(pair in roles for pair in _RESERVED_PAIRS)
-    before = [b for b in _BEFORE if b in text]
-    return any(a + b in text for b in _NOT_START if b in text for a in before)
+        text = text.replace(b"[]", b"..").replace(b"{}", b"..")
+    roles = np.frombuffer(text.translate(_SCAN), np.uint8)
+    if not len(roles):
+        return False, False
+    return bool(roles.max() >= 128), bool(np.any(roles[:-1] & (roles[1:] >> 1)))
 
 
 def _holds(data: bytes) -> Callable[[bytes], bool]:
@@ -260,16 +316,36 @@ def _holds(data: bytes) -> Callable[[bytes], bool]:
     return holds
 
 
-def _items_region(data: bytes) -> tuple[int, int, int]:
-    """Where the items of a top-level ``items:`` block sequence at the left margin start and end."""
+def _items_region(data: bytes) -> tuple[int, int, int, list[int]]:
+    """Where the items of a top-level ``items:`` block sequence at the left margin start and end,
+    and where each item starts.
+
+    Inside the items every line at the left margin starts with ``-``, ``#`` or white space (the
+    first that does not ends them), so a document's ``---`` there is one of the lines at the
+    margin, seen once each, and ``...`` or ``%`` cannot be there: only the text before and after
+    the items is searched for those (a search of 200 MB for ``\\n---`` stops at every ``-``).
+    Anchors, aliases, tags, merges and tabs are looked for here before and after the items, and
+    in the items chunk by chunk (:func:`_scan`, in the pass that looks for a reserved start)."""
     found = _ITEMS.search(data)
-    if found is None or data.startswith((b"---", b"...", b"%")) or any(map(_holds(data), _NOT_PLAIN)):
-        raise _Generic  # anchors, aliases, tags, merges or documents: the generic reader
-    start = found.end()
-    if not data.startswith(b"-", start):
+    if found is None or data.startswith((b"---", b"...", b"%")):
         raise _Generic
-    after = _AFTER_ITEMS.search(data, start)
-    return found.start(), start, after.start() + 1 if after else len(data)
+    start = found.end()
+    if not data.startswith(b"-", start) or data.startswith(b"---", start):
+        raise _Generic
+    starts = [start]
+    end = len(data)
+    for line in _MARGIN.finditer(data, start):
+        at = line.start() + 1
+        if data[at] != 0x2D:  # not `-`: the first key after the list
+            end = at
+            break
+        if data.startswith(b"---", at):
+            raise _Generic  # a second document
+        if data[at + 1 : at + 2] in _AFTER_DASH:
+            starts.append(at)
+    if any(map(_holds(data[:start]), _NOT_PLAIN)) or any(map(_holds(data[end - 1 :]), _NOT_PLAIN)):
+        raise _Generic  # anchors, aliases, tags, merges or documents: the generic reader
+    return found.start(), start, end, starts
 
 
 def _chunks(starts: list[int], end: int) -> Iterator[tuple[int, int, list[int]]]:
@@ -302,30 +378,35 @@ def _one_yaml_item(data: bytes, start: int, stop: int, source: str, what: str) -
     return doc[0]
 
 
-def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str, Any]:
-    import ryml  # rapidyaml: only for large YAML lists
+class _YamlChunks:
+    """Reads the items of a YAML list a chunk at a time (one rapidyaml tree and one output
+    buffer kept across chunks); a chunk's answer is its items and whether they are only what
+    JSON holds (then msgpack carries them from a worker; PyYAML's dates need pickle)."""
 
-    from gpuplan.nodes_json import Unexpected, read_nodes
+    def __init__(self, data: bytes, source: str, what: str, fields: Fields) -> None:
+        import ryml  # rapidyaml: only for large YAML lists
 
-    begin, start, end = _items_region(data)
-    try:
-        head = yaml.load(data[:begin] + b"items: []\n" + data[end:], Loader=UniqueKeyLoader)
-    except (yaml.YAMLError, DuplicateKey):
-        raise _Generic from None  # the generic reader says where
-    if not isinstance(head, dict):
-        raise _Generic
-    starts = [start] + [m.start() + 1 for m in _ITEM_START.finditer(data, start, end)]
-    tree = ryml.Tree()
-    out = bytearray()
-    items: list[Any] = []
-    for first, stop, group in _chunks(starts, end):
+        self.data, self.source, self.what, self.fields = data, source, what, fields
+        self.tree = ryml.Tree()
+        self.out = bytearray()
+
+    def items(self, chunk_at: tuple[int, int, list[int]]) -> tuple[list[Any], bool]:
+        import ryml
+
+        from gpuplan.nodes_json import Unexpected, read_nodes
+
+        data, source, what, fields = self.data, self.source, self.what, self.fields
+        first, stop, group = chunk_at
         chunk = data[first:stop]
-        if _reserved_start(chunk):  # these few thousand items by PyYAML, as the generic reader would
+        rare, reserved = _scan(chunk)
+        if rare and any(map(_holds(chunk), _RARE)):
+            raise _Generic  # anchors, aliases, tags, merges or tabs: the generic reader
+        if reserved:  # these few thousand items by PyYAML, as the generic reader would
             doc = _pyyaml(chunk, partial(data.count, b"\n", 0, first), source, what)
             if not isinstance(doc, list) or len(doc) != len(group):
                 raise _Generic
-            items += [prune(item, fields) for item in doc]
-            continue
+            return [prune(item, fields) for item in doc], False
+        tree = self.tree
         try:
             tree.clear()
             tree.clear_arena()
@@ -334,26 +415,31 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
             root = tree.root_id()
             if not tree.is_seq(root) or tree.num_children(root) != len(group):
                 raise _Generic
-            if len(out) < 3 * len(chunk):
-                out = bytearray(3 * len(chunk))
+            if len(self.out) < 3 * len(chunk):
+                self.out = bytearray(3 * len(chunk))
             try:  # written into one buffer kept across chunks: no second pass to size it
-                text = bytes(ryml.emit_json_in_place(tree, out))
+                text = bytes(ryml.emit_json_in_place(tree, self.out))
             except IndexError:  # JSON larger than thrice the YAML: let it size the buffer
                 text = ryml.emit_json(tree).encode("utf-8")
         except (ryml.ExceptionParse, ryml.ExceptionBasic, UnicodeError):
             raise _Generic from None
         ends = [*group[1:], stop]
+        items: list[Any] = []
+        plain = True
         if fields is NODE_FIELDS:
             try:  # as a JSON node list is read: the planner's fields only
                 nodes = read_nodes(b'{"items":' + text + b"}")["items"]
             except Unexpected:
                 nodes = None  # item by item, then
             if nodes is not None and len(nodes) == len(group):
+                if _all_read_the_same(nodes):  # else find which, item by item
+                    return nodes, True
                 for item, item_start, item_end in zip(nodes, group, ends, strict=True):
                     if not _yaml_reads_the_same(item):  # a value PyYAML reads otherwise
                         item = prune(_one_yaml_item(data, item_start, item_end, source, what), fields)
+                        plain = False
                     items.append(item)
-                continue
+                return items, plain
         try:
             raws = _RAW_ITEMS.decode(text)
             wholes = [_DECODE.decode(raw) for raw in raws]
@@ -368,8 +454,55 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
                 _yaml_reads_the_same(item)
             ):  # a key given twice (PyYAML names its lines), or a value PyYAML reads otherwise
                 item = prune(_one_yaml_item(data, item_start, item_end, source, what), fields)
+                plain = False
             items.append(item)
-    return head | {"items": items}
+        return items, plain
+
+
+def _pack(answer: tuple[list[Any], bool]) -> bytes:
+    """A chunk's answer as the worker sends it: msgpack (C, a tenth of pickle's time) when it
+    holds only what JSON holds, else pickle (dates, and whatever else PyYAML made)."""
+    import pickle  # large lists read by two processes only
+
+    items, plain = answer
+    if plain:
+        try:
+            return b"m" + _MSGPACK.encode(items)
+        except (TypeError, OverflowError, msgspec.EncodeError):
+            pass  # an integer past 64 bits
+    return b"p" + pickle.dumps(items, pickle.HIGHEST_PROTOCOL)
+
+
+def _unpack(payload: bytes) -> tuple[list[Any], bool]:
+    import pickle
+
+    if payload[:1] == b"m":
+        return _MSGPACK_DECODE.decode(payload[1:]), True
+    return pickle.loads(payload[1:]), False  # written by this process's own fork
+
+
+def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str, Any]:
+    from gpuplan.halves import in_two
+
+    begin, start, end, starts = _items_region(data)
+    try:
+        head = yaml.load(data[:begin] + b"items: []\n" + data[end:], Loader=UniqueKeyLoader)
+    except (yaml.YAMLError, DuplicateKey):
+        raise _Generic from None  # the generic reader says where
+    if not isinstance(head, dict):
+        raise _Generic
+    chunks = list(_chunks(starts, end))
+    reader = _YamlChunks(data, source, what, fields)
+    try:
+        if end - start < TWO_PROCESSES:
+            answers = [reader.items(c) for c in chunks]
+        else:  # the second half of the chunks read by a worker on the second core, if there is one
+            answers = in_two(chunks, reader.items, _pack, _unpack)
+    except InvalidInput:  # a key given twice; but an alias, tag... later is the generic reader's
+        if any(map(_holds(data), _RARE)):  # (it reports an undefined alias first, wherever it is)
+            raise _Generic from None
+        raise
+    return head | {"items": [item for items, _ in answers for item in items]}
 
 
 def load_list(path: str, what: str, fields: Fields) -> Any:

@@ -1,0 +1,243 @@
+"""The large-YAML reader's shortcuts: document markers found among the lines at the margin, and
+the second half of the chunks read by a forked worker; the answer, or the error, stays the one
+process's and the generic reader's."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuplan import halves, lists
+from gpuplan.lists import NODE_FIELDS, read_list
+from planner.base.errors import InvalidInput
+from tests.test_lists import TRICKY, expected, read_or_refuse
+
+
+@pytest.fixture(autouse=True)
+def every_list_is_large(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(lists, "LARGE", 0)
+    monkeypatch.setattr(lists, "CHUNK", 2)
+    yield
+
+
+def node(name: str, zone: str = "z1") -> str:
+    return f"- kind: Node\n  metadata:\n    name: {name}\n    labels:\n      zone: {zone}\n"
+
+
+NODES = "apiVersion: v1\nitems:\n" + "".join(node(f"n{i}") for i in range(9)) + "kind: List\n"
+
+
+def places(marker: str) -> list[str]:
+    """``marker`` at the margin before the items, at the first item, between two, in an item's
+    value, after the items and at the end."""
+    second = NODES.index("- kind: Node", NODES.index("items:\n") + 8)
+    return [
+        marker + "\n" + NODES,
+        NODES.replace("items:\n", f"items:\n{marker}\n", 1),
+        NODES[:second] + marker + "\n" + NODES[second:],
+        NODES.replace("      zone: z1\n", f"      zone: |\n{marker}\n", 1),
+        NODES.replace("kind: List\n", f"{marker}\nkind: List\n"),
+        NODES + marker + "\n",
+        NODES.replace(
+            "- kind: Node\n  metadata:\n    name: n4", f"-{marker[1:]} kind: Node\n  metadata:\n    name: n4"
+        ),
+    ]
+
+
+@pytest.mark.parametrize("marker", ["---", "--- ", "...", "%YAML 1.1", "---x", "--", "-x"])
+def test_a_marker_at_the_margin_anywhere_reads_or_fails_as_the_generic_reader(marker: str) -> None:
+    for text in places(marker):
+        data = text.encode()
+        fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))  # noqa: B023
+        assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS)), text  # noqa: B023
+
+
+def test_a_document_marker_among_the_items_goes_to_the_generic_reader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not parsed in chunks: a chunk holding ``---`` would be read as two documents by rapidyaml."""
+    for text in places("---")[1:3]:
+        with pytest.raises(lists._Generic):
+            lists._from_yaml(text.encode(), "f", "nodes", NODE_FIELDS)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["&a z1", "*a", "!!str z1", "z1\n      <<: {a: 1}", "\tz1", "a < b", "a!b", "'a&b'", "[a, *b]"],
+)
+@pytest.mark.parametrize("node_at", [0, 4, 8])
+def test_an_anchor_tag_merge_or_tab_in_any_chunk_reads_or_fails_as_the_generic_reader(
+    value: str, node_at: int
+) -> None:
+    text = NODES.replace(
+        f"name: n{node_at}\n    labels:\n      zone: z1",
+        f"name: n{node_at}\n    labels:\n      zone: {value}",
+    )
+    data = text.encode()
+    fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS)), text
+
+
+@pytest.mark.parametrize("name", ["&x n8", "*x", "!!str n8", "n8\t", "n8\n    <<: {a: 1}"])
+def test_an_anchor_tag_merge_or_tab_in_a_later_chunk_sends_the_file_to_the_generic_reader(name: str) -> None:
+    """As they did when the whole file was searched first (tabs: the two parsers differ on some)."""
+    data = NODES.replace("name: n8\n", f"name: {name}\n").encode()
+    with pytest.raises(lists._Generic):
+        lists._from_yaml(data, "f", "nodes", NODE_FIELDS)
+
+
+@pytest.mark.parametrize("later", ["name: &x n8", "name: n8\t", "name: !!str n8", "name: *x"])
+@pytest.mark.parametrize("twice", ["name: n1\n    name: z", "name: n1\n    labels:\n      a: 1\n      a: 2"])
+def test_a_key_given_twice_before_an_alias_or_tag_fails_as_the_generic_reader(later: str, twice: str) -> None:
+    """The generic reader reports an undefined alias before an earlier key given twice."""
+    data = NODES.replace("name: n1", twice, 1).replace("name: n8", later).encode()
+    fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS))
+
+
+values = st.recursive(
+    st.sampled_from(TRICKY)
+    | st.text(max_size=3)
+    | st.integers(-3, 3)
+    | st.booleans()
+    | st.none()
+    | st.floats(),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(TRICKY) | st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(items=st.lists(values, max_size=5))
+def test_a_chunk_reads_the_same_exactly_when_each_of_its_items_does(items: list[Any]) -> None:
+    lists._OK_KEYS.clear()
+    lists._OK_VALUES.clear()
+    each = all(map(lists._yaml_reads_the_same, items))
+    lists._OK_KEYS.clear()
+    lists._OK_VALUES.clear()
+    assert lists._all_read_the_same(items) == each
+
+
+# --- two processes ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every list read by two processes, as if there were two cores."""
+    monkeypatch.setattr(lists, "TWO_PROCESSES", 0)
+    monkeypatch.setattr(halves, "spare_core", lambda: True)
+    yield
+
+
+def one_process(data: bytes) -> Any:
+    saved = lists.TWO_PROCESSES
+    lists.TWO_PROCESSES = 1 << 62
+    try:
+        return read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    finally:
+        lists.TWO_PROCESSES = saved
+
+
+CASES = {
+    "plain": NODES,
+    "a date PyYAML reads as a date, late": NODES.replace("zone: z1", "zone: 2024-01-01").replace(
+        "name: n1\n", "name: n1\n    annotations: {a: 1}\n"
+    ),
+    "a reserved start in the worker's half": NODES.replace(
+        "name: n7", "name: n7\n    annotations:\n      a: '@x'"
+    ),
+    "an integer past 64 bits": NODES.replace("zone: z1", "zone: 123456789012345678901234567890"),
+    "a key given twice in the worker's half": NODES.replace("name: n8\n", "name: n8\n    name: again\n"),
+    "a key given twice in each half": NODES.replace("name: n1\n", "name: n1\n    name: x\n").replace(
+        "name: n8\n", "name: n8\n    name: y\n"
+    ),
+    "a chunk rapidyaml refuses in the worker's half": NODES.replace(
+        "zone: z1\n- kind: Node\n  metadata:\n    name: n8",
+        "zone: [z1\n- kind: Node\n  metadata:\n    name: n8",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_two_processes_give_one_process_answer_or_error(two: None, name: str) -> None:
+    data = CASES[name].encode()
+    alone = one_process(data)
+    assert read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS)) == alone
+    assert alone == read_or_refuse(lambda: expected(data, NODE_FIELDS))
+
+
+def test_the_worker_reads_the_second_half(two: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its answers are used, not read again here."""
+    seen: list[int] = []
+    items = lists._YamlChunks.items
+
+    def counted(self: Any, chunk: Any) -> Any:
+        seen.append(os.getpid())
+        return items(self, chunk)
+
+    monkeypatch.setattr(lists._YamlChunks, "items", counted)
+    data = NODES.encode()
+    assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
+    assert seen == [os.getpid()] * 3  # 5 chunks of two items: 3 here, 2 in the worker
+
+
+def test_a_worker_that_dies_leaves_its_half_to_this_process(
+    two: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent = os.getpid()
+    items = lists._YamlChunks.items
+
+    def dies_in_the_worker(self: Any, chunk: Any) -> Any:
+        if os.getpid() != parent:
+            os._exit(9)
+        return items(self, chunk)
+
+    monkeypatch.setattr(lists._YamlChunks, "items", dies_in_the_worker)
+    data = NODES.encode()
+    assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
+
+
+def test_with_one_core_there_is_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lists, "TWO_PROCESSES", 0)
+    monkeypatch.setattr(halves, "cores", lambda: 1)
+    monkeypatch.setattr(os, "fork", lambda: pytest.fail("forked"))
+    assert not halves.spare_core()
+    data = NODES.encode()
+    assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
+
+
+def test_a_busy_machine_has_no_spare_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(halves, "cores", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert not halves.spare_core()
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 1.0, 1.0))
+    assert halves.spare_core()
+
+
+def test_an_error_here_stops_the_worker_and_is_raised(two: None) -> None:
+    data = NODES.replace("name: n1\n", "name: n1\n    name: x\n").encode()
+    with pytest.raises(InvalidInput, match="already defined"):
+        read_list(data, "f", "nodes", NODE_FIELDS)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # no worker left behind
+
+
+@pytest.mark.parametrize("payload", [(["a", {"b": [1, None, 2.5, True]}], True), ([{"d": b"x"}], False)])
+def test_a_chunk_answer_crosses_the_process_boundary_unchanged(payload: Any) -> None:
+    assert lists._unpack(lists._pack(payload)) == payload
+
+
+def test_an_answer_that_is_not_only_json_is_pickled() -> None:
+    import datetime
+
+    items = [{"when": datetime.date(2024, 1, 1)}]
+    assert lists._pack((items, False))[:1] == b"p"
+    assert lists._unpack(lists._pack((items, False)))[0] == items
