@@ -23,9 +23,9 @@ fields and indices exactly as before.
   something else unquoted, or any float, is read again by PyYAML, so every value is PyYAML's.
   The text is read in few passes: the lines at the left margin once (item starts, the list's
   end, a document marker), each chunk's bytes once (one translate to their roles, then numpy:
-  a reserved start, an anchor, tag or tab). When the machine has a core to spare (a load below
-  its cores less one), a forked worker reads the second half of the chunks
-  (:mod:`gpuplan.halves`); on this project's shared 2-core machine it has none.
+  a reserved start, an anchor, tag or tab). One process reads them all: a forked worker reading
+  half the chunks was measured no faster on two shared cores (1.03-1.16x the wall time, 4-9%
+  more CPU), so it is not kept.
 - A mapping key given twice is found without a second parser: values written back by msgspec
   (one key each) have fewer colons than their text exactly when a key was dropped (escaped
   colons, ``\\u003a``, send the file to the generic reader). The item is then read by the generic
@@ -61,7 +61,6 @@ from planner import InvalidInput
 
 LARGE = 1 << 20  # bytes: below this the generic reader is as fast, and reads every field
 CHUNK = 500  # YAML items parsed together: a call amortised, and rapidyaml's tree (a few MB) stays in cache
-TWO_PROCESSES = 16 << 20  # bytes of YAML items from which a second process reads half of them
 
 # What planner.read.parse reads of a Node (parse_nodes) and of a Pod (snapshot, pod_is_active,
 # pod_requests). None: the whole value; a dict: these keys of a mapping; a one-item list: each
@@ -84,8 +83,6 @@ _DECODE = msgspec.json.Decoder()
 _ENCODE = msgspec.json.Encoder()
 _RAW_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
 _RAW_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_MSGPACK = msgspec.msgpack.Encoder()
-_MSGPACK_DECODE = msgspec.msgpack.Decoder()
 _ESCAPED_COLON = (b"\\u003a", b"\\u003A")
 
 
@@ -316,9 +313,9 @@ def _holds(data: bytes) -> Callable[[bytes], bool]:
     return holds
 
 
-def _items_region(data: bytes) -> tuple[int, int, int, list[int]]:
-    """Where the items of a top-level ``items:`` block sequence at the left margin start and end,
-    and where each item starts.
+def _items_region(data: bytes) -> tuple[int, int, list[int]]:
+    """Where the ``items:`` of a top-level block sequence at the left margin begins, where its
+    items end, and where each item starts (the first where the items start).
 
     Inside the items every line at the left margin starts with ``-``, ``#`` or white space (the
     first that does not ends them), so a document's ``---`` there is one of the lines at the
@@ -345,7 +342,7 @@ def _items_region(data: bytes) -> tuple[int, int, int, list[int]]:
             starts.append(at)
     if any(map(_holds(data[:start]), _NOT_PLAIN)) or any(map(_holds(data[end - 1 :]), _NOT_PLAIN)):
         raise _Generic  # anchors, aliases, tags, merges or documents: the generic reader
-    return found.start(), start, end, starts
+    return found.start(), end, starts
 
 
 def _chunks(starts: list[int], end: int) -> Iterator[tuple[int, int, list[int]]]:
@@ -380,8 +377,7 @@ def _one_yaml_item(data: bytes, start: int, stop: int, source: str, what: str) -
 
 class _YamlChunks:
     """Reads the items of a YAML list a chunk at a time (one rapidyaml tree and one output
-    buffer kept across chunks); a chunk's answer is its items and whether they are only what
-    JSON holds (then msgpack carries them from a worker; PyYAML's dates need pickle)."""
+    buffer kept across chunks)."""
 
     def __init__(self, data: bytes, source: str, what: str, fields: Fields) -> None:
         import ryml  # rapidyaml: only for large YAML lists
@@ -390,7 +386,7 @@ class _YamlChunks:
         self.tree = ryml.Tree()
         self.out = bytearray()
 
-    def items(self, chunk_at: tuple[int, int, list[int]]) -> tuple[list[Any], bool]:
+    def items(self, chunk_at: tuple[int, int, list[int]]) -> list[Any]:
         import ryml
 
         from gpuplan.nodes_json import Unexpected, read_nodes
@@ -405,7 +401,7 @@ class _YamlChunks:
             doc = _pyyaml(chunk, partial(data.count, b"\n", 0, first), source, what)
             if not isinstance(doc, list) or len(doc) != len(group):
                 raise _Generic
-            return [prune(item, fields) for item in doc], False
+            return [prune(item, fields) for item in doc]
         tree = self.tree
         try:
             tree.clear()
@@ -425,21 +421,20 @@ class _YamlChunks:
             raise _Generic from None
         ends = [*group[1:], stop]
         items: list[Any] = []
-        plain = True
         if fields is NODE_FIELDS:
+            nodes: list[Any] | None
             try:  # as a JSON node list is read: the planner's fields only
                 nodes = read_nodes(b'{"items":' + text + b"}")["items"]
             except Unexpected:
                 nodes = None  # item by item, then
             if nodes is not None and len(nodes) == len(group):
                 if _all_read_the_same(nodes):  # else find which, item by item
-                    return nodes, True
+                    return nodes
                 for item, item_start, item_end in zip(nodes, group, ends, strict=True):
                     if not _yaml_reads_the_same(item):  # a value PyYAML reads otherwise
                         item = prune(_one_yaml_item(data, item_start, item_end, source, what), fields)
-                        plain = False
                     items.append(item)
-                return items, plain
+                return items
         try:
             raws = _RAW_ITEMS.decode(text)
             wholes = [_DECODE.decode(raw) for raw in raws]
@@ -454,37 +449,12 @@ class _YamlChunks:
                 _yaml_reads_the_same(item)
             ):  # a key given twice (PyYAML names its lines), or a value PyYAML reads otherwise
                 item = prune(_one_yaml_item(data, item_start, item_end, source, what), fields)
-                plain = False
             items.append(item)
-        return items, plain
-
-
-def _pack(answer: tuple[list[Any], bool]) -> bytes:
-    """A chunk's answer as the worker sends it: msgpack (C, a tenth of pickle's time) when it
-    holds only what JSON holds, else pickle (dates, and whatever else PyYAML made)."""
-    import pickle  # large lists read by two processes only
-
-    items, plain = answer
-    if plain:
-        try:
-            return b"m" + _MSGPACK.encode(items)
-        except (TypeError, OverflowError, msgspec.EncodeError):
-            pass  # an integer past 64 bits
-    return b"p" + pickle.dumps(items, pickle.HIGHEST_PROTOCOL)
-
-
-def _unpack(payload: bytes) -> tuple[list[Any], bool]:
-    import pickle
-
-    if payload[:1] == b"m":
-        return _MSGPACK_DECODE.decode(payload[1:]), True
-    return pickle.loads(payload[1:]), False  # written by this process's own fork
+        return items
 
 
 def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str, Any]:
-    from gpuplan.halves import in_two
-
-    begin, start, end, starts = _items_region(data)
+    begin, end, starts = _items_region(data)
     try:
         head = yaml.load(data[:begin] + b"items: []\n" + data[end:], Loader=UniqueKeyLoader)
     except (yaml.YAMLError, DuplicateKey):
@@ -494,15 +464,12 @@ def _from_yaml(data: bytes, source: str, what: str, fields: Fields) -> dict[str,
     chunks = list(_chunks(starts, end))
     reader = _YamlChunks(data, source, what, fields)
     try:
-        if end - start < TWO_PROCESSES:
-            answers = [reader.items(c) for c in chunks]
-        else:  # the second half of the chunks read by a worker on the second core, if there is one
-            answers = in_two(chunks, reader.items, _pack, _unpack)
+        answers = [reader.items(c) for c in chunks]
     except InvalidInput:  # a key given twice; but an alias, tag... later is the generic reader's
         if any(map(_holds(data), _RARE)):  # (it reports an undefined alias first, wherever it is)
             raise _Generic from None
         raise
-    return head | {"items": [item for items, _ in answers for item in items]}
+    return head | {"items": [item for items in answers for item in items]}
 
 
 def load_list(path: str, what: str, fields: Fields) -> Any:

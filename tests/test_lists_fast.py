@@ -1,10 +1,9 @@
-"""The large-YAML reader's shortcuts: document markers found among the lines at the margin, and
-the second half of the chunks read by a forked worker; the answer, or the error, stays the one
-process's and the generic reader's."""
+"""The large-YAML reader's shortcuts: document markers found among the lines at the margin,
+rare bytes found in each chunk's role pass, a chunk's reading checked a level at a time; the
+answer, or the error, stays the generic reader's."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,9 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuplan import halves, lists
+from gpuplan import lists
 from gpuplan.lists import NODE_FIELDS, read_list
-from planner.base.errors import InvalidInput
 from tests.test_lists import TRICKY, expected, read_or_refuse
 
 
@@ -126,24 +124,7 @@ def test_a_chunk_reads_the_same_exactly_when_each_of_its_items_does(items: list[
     assert lists._all_read_the_same(items) == each
 
 
-# --- two processes ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def two(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every list read by two processes, as if there were two cores."""
-    monkeypatch.setattr(lists, "TWO_PROCESSES", 0)
-    monkeypatch.setattr(halves, "spare_core", lambda: True)
-    yield
-
-
-def one_process(data: bytes) -> Any:
-    saved = lists.TWO_PROCESSES
-    lists.TWO_PROCESSES = 1 << 62
-    try:
-        return read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
-    finally:
-        lists.TWO_PROCESSES = saved
+# --- chunk by chunk, against the generic reader ---------------------------------------------
 
 
 CASES = {
@@ -151,15 +132,15 @@ CASES = {
     "a date PyYAML reads as a date, late": NODES.replace("zone: z1", "zone: 2024-01-01").replace(
         "name: n1\n", "name: n1\n    annotations: {a: 1}\n"
     ),
-    "a reserved start in the worker's half": NODES.replace(
+    "a reserved start in a later chunk": NODES.replace(
         "name: n7", "name: n7\n    annotations:\n      a: '@x'"
     ),
     "an integer past 64 bits": NODES.replace("zone: z1", "zone: 123456789012345678901234567890"),
-    "a key given twice in the worker's half": NODES.replace("name: n8\n", "name: n8\n    name: again\n"),
-    "a key given twice in each half": NODES.replace("name: n1\n", "name: n1\n    name: x\n").replace(
+    "a key given twice in a later chunk": NODES.replace("name: n8\n", "name: n8\n    name: again\n"),
+    "a key given twice in two chunks": NODES.replace("name: n1\n", "name: n1\n    name: x\n").replace(
         "name: n8\n", "name: n8\n    name: y\n"
     ),
-    "a chunk rapidyaml refuses in the worker's half": NODES.replace(
+    "a chunk rapidyaml refuses in a later chunk": NODES.replace(
         "zone: z1\n- kind: Node\n  metadata:\n    name: n8",
         "zone: [z1\n- kind: Node\n  metadata:\n    name: n8",
     ),
@@ -167,77 +148,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_two_processes_give_one_process_answer_or_error(two: None, name: str) -> None:
+def test_a_chunked_read_gives_the_generic_readers_answer_or_error(name: str) -> None:
     data = CASES[name].encode()
-    alone = one_process(data)
-    assert read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS)) == alone
-    assert alone == read_or_refuse(lambda: expected(data, NODE_FIELDS))
-
-
-def test_the_worker_reads_the_second_half(two: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its answers are used, not read again here."""
-    seen: list[int] = []
-    items = lists._YamlChunks.items
-
-    def counted(self: Any, chunk: Any) -> Any:
-        seen.append(os.getpid())
-        return items(self, chunk)
-
-    monkeypatch.setattr(lists._YamlChunks, "items", counted)
-    data = NODES.encode()
-    assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
-    assert seen == [os.getpid()] * 3  # 5 chunks of two items: 3 here, 2 in the worker
-
-
-def test_a_worker_that_dies_leaves_its_half_to_this_process(
-    two: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    parent = os.getpid()
-    items = lists._YamlChunks.items
-
-    def dies_in_the_worker(self: Any, chunk: Any) -> Any:
-        if os.getpid() != parent:
-            os._exit(9)
-        return items(self, chunk)
-
-    monkeypatch.setattr(lists._YamlChunks, "items", dies_in_the_worker)
-    data = NODES.encode()
-    assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
-
-
-def test_with_one_core_there_is_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lists, "TWO_PROCESSES", 0)
-    monkeypatch.setattr(halves, "cores", lambda: 1)
-    monkeypatch.setattr(os, "fork", lambda: pytest.fail("forked"))
-    assert not halves.spare_core()
-    data = NODES.encode()
-    assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
-
-
-def test_a_busy_machine_has_no_spare_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(halves, "cores", lambda: 2)
-    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 1.0, 1.0))
-    assert not halves.spare_core()
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 1.0, 1.0))
-    assert halves.spare_core()
-
-
-def test_an_error_here_stops_the_worker_and_is_raised(two: None) -> None:
-    data = NODES.replace("name: n1\n", "name: n1\n    name: x\n").encode()
-    with pytest.raises(InvalidInput, match="already defined"):
-        read_list(data, "f", "nodes", NODE_FIELDS)
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # no worker left behind
-
-
-@pytest.mark.parametrize("payload", [(["a", {"b": [1, None, 2.5, True]}], True), ([{"d": b"x"}], False)])
-def test_a_chunk_answer_crosses_the_process_boundary_unchanged(payload: Any) -> None:
-    assert lists._unpack(lists._pack(payload)) == payload
-
-
-def test_an_answer_that_is_not_only_json_is_pickled() -> None:
-    import datetime
-
-    items = [{"when": datetime.date(2024, 1, 1)}]
-    assert lists._pack((items, False))[:1] == b"p"
-    assert lists._unpack(lists._pack((items, False)))[0] == items
+    got = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    assert got == read_or_refuse(lambda: expected(data, NODE_FIELDS))
