@@ -71,7 +71,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     kube = Kube(load_api_client(), observer=memo.get("write_observer"))
     memo.options = options
     memo.service = service = PlanService(kube, options, post_event, metrics=memo.get("metrics") or Metrics())
-    memo.wake = wake = Wake(asyncio.get_running_loop(), options.debounce, options.max_delay)
+    memo.wake = wake = Wake(asyncio.get_running_loop(), options.debounce, options.max_delay, options.settle)
     namespaces = memo.get("namespaces") or ()
     memo.cache = cache = ClusterCache(Kube(load_api_client()), wake.poke, namespaces=namespaces)
     memo.acting = set()

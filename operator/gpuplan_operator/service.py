@@ -92,6 +92,7 @@ class Options:
     polish_seconds: float = 1.0  # extra solver time to keep instances where they were
     debounce: float = 1.0  # quiet seconds after a node change before re-planning (a scheduler's period)
     max_delay: float = 10.0  # re-plan at the latest this long after the first change of a burst
+    settle: float = 0.2  # an isolated node change after a quiet spell re-plans this soon (0: debounce)
     resync: float = 60.0  # Infeasible/Error plans re-plan this often; Ready is re-checked too
     ready_poll: float = 2.0  # while pods are pending, check readiness this often
     priority_base: int = PRIORITY_BASE  # an N-card PriorityClass has the value base + N·1000
