@@ -18,7 +18,8 @@ is counted in ``gpuplan_writes_total{kind}``, a failed step in ``gpuplan_apply_e
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 from typing import TypeVar
@@ -71,16 +72,19 @@ def perform(
     metrics: Metrics,
     parallel: int = PARALLEL_WRITES,
     landed: Landed | None = None,
+    took: MutableMapping[str, float] | None = None,
 ) -> list[Write]:
     """Send ``writes`` in step order; returns them once all landed, raises the first failure.
     ``landed`` hears of each write that landed (a delete of something already gone too), with
-    the object an apply returned: the caches take it in before its watch event comes."""
+    the object an apply returned: the caches take it in before its watch event comes. ``took``
+    gets the wall seconds of each step (``drop 2``: two writes), for the log line."""
     ordered = sorted(writes, key=lambda w: w.step)
     if not ordered:
         return []
     with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="gpuplan-write") as pool:
-        for _, group in groupby(ordered, key=lambda w: w.step):
+        for step, group in groupby(ordered, key=lambda w: w.step):
             batch = list(group)
+            started = time.perf_counter()
             futures = [(w, pool.submit(_send, kube, w)) for w in batch]
             failure: tuple[Write, Exception] | None = None
             for write, future in futures:
@@ -93,6 +97,8 @@ def perform(
                     landed(write, obj)
                 if accepted:
                     metrics.wrote(write.kind)
+            if took is not None:
+                took[f"{step.name.lower()} {len(batch)}"] = time.perf_counter() - started
             if failure is not None:
                 metrics.apply_failed(failure[0].kind)  # one failed step, of the kind it writes
                 raise failure[1]
