@@ -14,7 +14,9 @@ Order matters, for the cards and for crashes, so every write carries its :class:
    pod is never created before the label and class it refers to exist.
 3. Labels the plan no longer needs are removed last; then PriorityClasses no plan uses any more.
 
-Writes of one step do not depend on each other, so :mod:`.apply` may send them together. Every
+Writes of one step do not depend on each other, so :mod:`.apply` may send them together; nor do
+some steps, so it sends those together too (:func:`wave`): what must come first is only what a
+pod needs and what frees cards, not the listing order above. Every
 write is computed by comparing first (:func:`~.diff.covers`), so a crash anywhere is repaired by
 the next reconcile with no duplicates and nothing stale. A Deployment or ConfigMap of the same name
 that another controller owns is never taken over: :class:`OwnershipConflict` names the owner.
@@ -43,6 +45,24 @@ class Step(IntEnum):
     DEPLOYMENTS = 6
     UNLABEL_NODES = 7
     PRUNE_PRIORITY_CLASSES = 8
+
+
+_WAVES = {
+    Step.DROP: 1,  # cards free before anything may take them
+    Step.LABEL_NODES: 2,  # what a pod refers to: its node's label, its class, its claims ...
+    Step.PRIORITY_CLASSES: 2,
+    Step.CLAIM_TEMPLATES: 2,
+    Step.CONFIGMAP: 3,  # ... before what makes pods: Ragnaros (from values.yaml) or Deployments;
+    Step.DEPLOYMENTS: 3,  # neither reads the other
+    Step.UNLABEL_NODES: 4,  # what no pod refers to any more, once the new ones are written
+    Step.PRUNE_PRIORITY_CLASSES: 4,
+}
+
+
+def wave(step: Step) -> int:
+    """The round of writes a step goes out in. A round starts when the one before it has landed;
+    the steps of one round do not depend on each other, so their writes are sent together."""
+    return _WAVES[step]
 
 
 class Verb(StrEnum):
