@@ -7,6 +7,7 @@ above them (a loaded machine may be slow, never wrong).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Coroutine
 from typing import Any, cast
@@ -137,3 +138,28 @@ def test_the_plan_daemon_marks_this_replica_acting_while_it_runs() -> None:
 
     during, after = asyncio.run(scenario())
     assert during == {"ns/p"} and after == set()
+
+
+def body(raw: dict[str, Any]) -> kopf.Body:
+    return kopf.Body(cast(kopf.RawBody, raw))
+
+
+def test_kopfs_last_handled_state_is_a_digest_not_a_copy_of_the_spec() -> None:
+    storage = handlers.DigestDiffBase(prefix="gpuplan.ragnaros.io", key="last-handled-configuration")
+    spec = {"requests": {f"svc{i:04d}": {"P4": 8} for i in range(400)}}
+    meta: dict[str, Any] = {"name": "p", "namespace": "ns"}
+    raw: dict[str, Any] = {"metadata": meta, "spec": spec, "status": {"phase": "Applied"}}
+    essence = storage.build(body=body(raw))
+    patch = kopf.Patch()
+    storage.store(body=body(raw), patch=patch, essence=essence)
+    stored = dict(patch["metadata"]["annotations"])
+    last = stored["gpuplan.ragnaros.io/last-handled-configuration"]
+    assert len(last) < 200 < len(json.dumps(spec))  # not a copy of a 400-entry spec
+
+    def build(obj: dict[str, Any]) -> Any:
+        return storage.build(body=body(obj))
+
+    assert storage.fetch(body=body({**raw, "metadata": {**meta, "annotations": stored}})) == essence
+    assert build({**raw, "status": {"phase": "Error"}}) == essence  # status is no change to kopf
+    changed = {**raw, "spec": {**spec, "priority": 5}}
+    assert build(changed) != essence  # a spec change still is
