@@ -379,7 +379,7 @@ class PlanService:
         except ApiException as e:
             return self._apply_failed(plan, result, api_error_message(e), now)
         prepared = Prepared(plan, spec, result, desired, writes, shared)
-        prepared.took["objects read"] = time.perf_counter() - started
+        prepared.took["read and compare"] = time.perf_counter() - started
         return prepared
 
     def hand_over(self, prepared: Prepared) -> Outcome | None:
