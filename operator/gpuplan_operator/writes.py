@@ -24,6 +24,7 @@ that another controller owns is never taken over: :class:`OwnershipConflict` nam
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -152,13 +153,13 @@ def _drop_claim_templates(plan: PlanBody, observed: Observed, wanted: Iterable[s
     return _drop_owned(plan, observed.claim_templates, wanted, CLAIM_TEMPLATE, Step.UNLABEL_NODES)
 
 
-_COVERED: dict[tuple[str, str, str], str] = {}  # (namespace/name, uid, resourceVersion) -> desired JSON
-_COVERED_KEPT = 50_000  # comparisons remembered: a re-plan repeats nearly all of the last one's
+_COVERED: dict[tuple[str, str, str], bytes] = {}  # (namespace/name, uid, resourceVersion) -> desired digest
+_COVERED_KEPT = 50_000  # comparisons remembered (a few MB): a re-plan repeats nearly all of the last one's
 
 
 def _covered(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """:func:`~.diff.covers`, remembered for an object version and a desired manifest (as JSON)
-    it was found to cover. A re-plan compares all of a plan's Deployments again, nearly all
+    """:func:`~.diff.covers`, remembered for an object version and a desired manifest (the digest
+    of its JSON) it was found to cover. A re-plan compares all of a plan's Deployments again, nearly all
     unchanged on both sides: at 2,480 of them that was seconds of a cordon's cycle, where
     encoding each desired manifest takes milliseconds for them all. A version the API server
     has changed since (another writer, the Deployment controller) is compared afresh."""
@@ -171,13 +172,14 @@ def _covered(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
         text = json.dumps(desired, separators=(",", ":"))
     except (TypeError, ValueError):  # not plain JSON: compare it the long way
         return covers(actual, desired)
-    if _COVERED.get(key) == text:
+    digest = hashlib.sha256(text.encode()).digest()
+    if _COVERED.get(key) == digest:
         return True
     if not covers(actual, desired):
         return False
     if len(_COVERED) >= _COVERED_KEPT:
         _COVERED.clear()
-    _COVERED[key] = text
+    _COVERED[key] = digest
     return True
 
 
