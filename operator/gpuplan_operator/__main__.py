@@ -71,6 +71,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-seconds", type=float, default=d.plan_seconds, help="planning time budget")
     p.add_argument("--debounce", type=float, default=d.debounce, help="quiet seconds before a re-plan")
     p.add_argument("--max-delay", type=float, default=d.max_delay, help="longest wait in a burst")
+    p.add_argument(
+        "--settle", type=float, default=d.settle,
+        help="an isolated node change after a quiet spell re-plans after this many quiet seconds "
+        "instead of the debounce (default %(default)s; 0: always the debounce)",
+    )  # fmt: skip
     p.add_argument("--resync", type=float, default=d.resync, help="re-plan failed plans this often")
     p.add_argument("--ready-poll", type=float, default=d.ready_poll, help="readiness checks while pending")
     p.add_argument(
@@ -195,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan_seconds=args.plan_seconds,
         debounce=args.debounce,
         max_delay=args.max_delay,
+        settle=args.settle,
         resync=args.resync,
         ready_poll=args.ready_poll,
         priority_base=args.priority_base,

@@ -4,13 +4,16 @@ Notes
 -----
 :mod:`.writes` decides what to write and in which :class:`~.writes.Step`; this module only sends
 it. Steps run in order, because their order is what keeps cards free and pods from referring to
-labels and classes that do not exist yet. Inside a step every write is independent (different
+labels and classes that do not exist yet; steps that do not depend on each other go out together
+(one :func:`~.writes.wave`: labels, classes and claim templates; then the ConfigMap and the
+Deployments; then what is no longer used). Inside a wave every write is independent (different
 nodes, different Deployments), so they are sent by a small thread pool: a 250-pod plan labels and
-deploys in a few round trips of wall time instead of one per object. The API server and the
-client's connection pool (:func:`~.kube.load_api_client`) bound the parallelism.
+deploys in a few round trips of wall time instead of one per object, and a cordon's re-plan in
+four. The API server and the client's connection pool (:func:`~.kube.load_api_client`) bound
+the parallelism.
 
-When a write fails, the step's other writes still finish (they were already in flight), the
-later steps do not start, and the first error is raised: the plan ends in ``phase: Error`` and the
+When a write fails, the wave's other writes still finish (they were already in flight), the
+later waves do not start, and the first error is raised: the plan ends in ``phase: Error`` and the
 next reconcile computes the writes again from what did land. Each write the API server accepts
 is counted in ``gpuplan_writes_total{kind}``, a failed step in ``gpuplan_apply_errors_total{kind}``.
 """
@@ -18,7 +21,8 @@ is counted in ``gpuplan_writes_total{kind}``, a failed step in ``gpuplan_apply_e
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 from typing import TypeVar
@@ -26,7 +30,7 @@ from typing import TypeVar
 from gpuplan_operator import cluster
 from gpuplan_operator.kube import JSON, KubeApi
 from gpuplan_operator.metrics import Metrics
-from gpuplan_operator.writes import Verb, Write
+from gpuplan_operator.writes import Verb, Write, wave
 
 PARALLEL_WRITES = 8  # at most this many requests in flight (the connection pool's size)
 
@@ -71,16 +75,23 @@ def perform(
     metrics: Metrics,
     parallel: int = PARALLEL_WRITES,
     landed: Landed | None = None,
+    took: MutableMapping[str, float] | None = None,
 ) -> list[Write]:
-    """Send ``writes`` in step order; returns them once all landed, raises the first failure.
+    """Send ``writes`` wave by wave; returns them once all landed, raises the first failure.
     ``landed`` hears of each write that landed (a delete of something already gone too), with
-    the object an apply returned: the caches take it in before its watch event comes."""
-    ordered = sorted(writes, key=lambda w: w.step)
+    the object an apply returned: the caches take it in before its watch event comes. ``took``
+    gets the wall seconds of each wave, named by its steps (``configmap 1+deployments 3``), for
+    the log line."""
+    ordered = sorted(writes, key=lambda w: (wave(w.step), w.step))
     if not ordered:
         return []
     with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="gpuplan-write") as pool:
-        for _, group in groupby(ordered, key=lambda w: w.step):
+        for _, group in groupby(ordered, key=lambda w: wave(w.step)):
             batch = list(group)
+            name = "+".join(
+                f"{s.name.lower()} {len(list(ws))}" for s, ws in groupby(batch, key=lambda w: w.step)
+            )
+            started = time.perf_counter()
             futures = [(w, pool.submit(_send, kube, w)) for w in batch]
             failure: tuple[Write, Exception] | None = None
             for write, future in futures:
@@ -93,7 +104,9 @@ def perform(
                     landed(write, obj)
                 if accepted:
                     metrics.wrote(write.kind)
+            if took is not None:
+                took[name] = time.perf_counter() - started
             if failure is not None:
-                metrics.apply_failed(failure[0].kind)  # one failed step, of the kind it writes
+                metrics.apply_failed(failure[0].kind)  # one failed wave, of the kind that failed first
                 raise failure[1]
     return ordered

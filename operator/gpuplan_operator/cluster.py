@@ -20,9 +20,11 @@ delete (already gone): the service turns errors into ``phase: Error`` and kopf r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
@@ -140,6 +142,24 @@ def list_labelled_nodes(kube: KubeApi, key: str) -> list[JSON]:
     return _items(kube.get(path_for("v1", "nodes"), labelSelector=key), "v1", "Node")
 
 
+PARALLEL_READS = 4  # reads of one apply in flight at once (plans are read side by side too)
+
+T = TypeVar("T")
+
+
+def _concurrently(reads: Sequence[Callable[[], T]]) -> list[T]:
+    """Independent reads at once (each is one round trip to the API server), their answers in
+    order; the first failure is raised once all are done."""
+    if len(reads) <= 1:
+        return [r() for r in reads]
+    with ThreadPoolExecutor(
+        max_workers=min(PARALLEL_READS, len(reads)), thread_name_prefix="gpuplan-read"
+    ) as pool:
+        futures = [pool.submit(r) for r in reads]
+        wait(futures)
+    return [f.result() for f in futures]
+
+
 def _by_name(items: list[JSON]) -> dict[str, JSON]:
     return {str(i["metadata"]["name"]): i for i in items}
 
@@ -148,19 +168,19 @@ def read_plan_configmaps(
     kube: KubeApi, namespace: str, name: str, wanted: Iterable[str] = ()
 ) -> dict[str, JSON]:
     """The plan's flamewakers ConfigMaps, by name, read one by one (listing ConfigMaps would need
-    the right to read every ConfigMap of the namespace): the first part, the other parts its
-    ``part`` annotation counts, and any other ``wanted`` name."""
-    found: dict[str, JSON] = {}
-    names = [configmap_name(name)]
-    first = read_configmap(kube, namespace, names[0])
-    if first is not None:
-        found[names[0]] = first
-        part = ((first.get("metadata") or {}).get("annotations") or {}).get(PART_ANNOTATION, "1/1")
+    the right to read every ConfigMap of the namespace): the first part and every other
+    ``wanted`` name together, then the other parts the first's ``part`` annotation counts."""
+
+    def read(names: list[str]) -> dict[str, JSON]:
+        got = _concurrently([partial(read_configmap, kube, namespace, n) for n in names])
+        return {n: obj for n, obj in zip(names, got, strict=True) if obj is not None}
+
+    first = configmap_name(name)
+    found = read(list(dict.fromkeys([first, *wanted])))
+    if first in found:
+        part = ((found[first].get("metadata") or {}).get("annotations") or {}).get(PART_ANNOTATION, "1/1")
         count = int(part.split("/")[-1]) if part.split("/")[-1].isdigit() else 1
-        names += [configmap_name(name, i) for i in range(2, count + 1)]
-    for other in [*names[1:], *wanted]:
-        if other not in found and (obj := read_configmap(kube, namespace, other)) is not None:
-            found[other] = obj
+        found |= read([n for n in (configmap_name(name, i) for i in range(2, count + 1)) if n not in found])
     return found
 
 
@@ -180,9 +200,8 @@ def _with_wanted(
         everyone: dict[str, JSON] = read_all()
         found.update({name: everyone[name] for name in missing if name in everyone})
         return found
-    for name in missing:
-        if (other := read(name)) is not None:
-            found[name] = other
+    others: list[JSON | None] = _concurrently([partial(read, n) for n in missing])
+    found.update({n: other for n, other in zip(missing, others, strict=True) if other is not None})
     return found
 
 
@@ -221,16 +240,20 @@ def read_for_apply(
         read_all = lambda: _by_name(list_deployments(kube, ns))  # noqa: E731
     else:  # the others' names: the operator's from the cache, the rest in one listing of only them
         read_all = lambda: _by_name([*managed, *list_deployments(kube, ns, NOT_MANAGED)])  # noqa: E731
+    wanted = [c["metadata"]["name"] for c in desired.configmaps]
+    by_name = partial(read_deployment, kube, ns)
+    deployments, configmaps, classes, templates = _concurrently([
+        lambda: _with_wanted(_by_name(mine), desired.deployments, by_name, read_all),
+        lambda: read_plan_configmaps(kube, ns, plan.name, wanted),
+        lambda: _by_name(list_priority_classes(kube)),
+        lambda: _by_name(list_plan_claim_templates(kube, ns, plan.name)),
+    ])  # fmt: skip
     return Observed(
         nodes=nodes,
-        deployments=_with_wanted(
-            _by_name(mine), desired.deployments, lambda n: read_deployment(kube, ns, n), read_all
-        ),
-        configmaps=read_plan_configmaps(
-            kube, ns, plan.name, [c["metadata"]["name"] for c in desired.configmaps]
-        ),
-        priority_classes=_by_name(list_priority_classes(kube)),
-        claim_templates=_by_name(list_plan_claim_templates(kube, ns, plan.name)),
+        deployments=deployments,
+        configmaps=configmaps,
+        priority_classes=classes,
+        claim_templates=templates,
     )
 
 

@@ -19,6 +19,10 @@ Notes
   lock), so the event loop keeps serving kopf's watches and peering.
 - With ``--peering``, each replica renews its peering record every 10-15 s for
   ``PEERING_LIFETIME`` (20 s): when the acting replica dies, another takes over within 20 s.
+- kopf's diff-base (the last handled state, an annotation) is a digest of the plan's spec, labels
+  and annotations (:class:`DigestDiffBase`), not kopf's default copy of them: kopf has no change
+  handler here to give a diff to, and the copy was a sixth of a large plan's object, sent back by
+  every status patch and in every watch event of it.
 - kopf's own watches (plans, for the finalizer) are re-opened every ``WATCH_SECONDS`` and
   abandoned when silent for ``WATCH_SILENCE`` seconds; the caches' watches do the same
   (:mod:`.cache.informer`).
@@ -27,7 +31,10 @@ Notes
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
+from collections.abc import Iterable
 from typing import Any, cast
 
 import kopf
@@ -50,6 +57,21 @@ PEERING_LIFETIME = 20  # a replica silent this long is dead: with --peering, ano
 WATCH_SILENCE = 20.0  # a watch silent this long is dead: re-open it (bookmarks would come each minute)
 
 
+class DigestDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's "last handled" state as a digest of what kopf would have copied.
+
+    Equal digests are equal states, so kopf still tells a change from an echo; an annotation of
+    kopf's full copy (from an operator before this one) differs from any digest, so the first
+    event of such a plan stores the digest in its place."""
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None
+    ) -> kopf.BodyEssence:
+        essence = super().build(body=body, extra_fields=extra_fields)
+        text = json.dumps(essence, sort_keys=True, separators=(",", ":"))
+        return cast(kopf.BodyEssence, {"digest": hashlib.sha256(text.encode()).hexdigest()})
+
+
 def post_event(plan: PlanBody, type_: str, reason: str, message: str) -> None:
     """Kubernetes Event on the plan (kopf queues it; safe from the service's worker thread)."""
     kopf.event(cast(kopf.Body, plan.raw), type=type_, reason=reason, message=message[:1000])
@@ -59,9 +81,7 @@ def post_event(plan: PlanBody, type_: str, reason: str, message: str) -> None:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = DigestDiffBase(prefix=GROUP, key="last-handled-configuration")
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = WATCH_SECONDS
     settings.watching.client_timeout = WATCH_SILENCE
@@ -71,7 +91,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     kube = Kube(load_api_client(), observer=memo.get("write_observer"))
     memo.options = options
     memo.service = service = PlanService(kube, options, post_event, metrics=memo.get("metrics") or Metrics())
-    memo.wake = wake = Wake(asyncio.get_running_loop(), options.debounce, options.max_delay)
+    memo.wake = wake = Wake(asyncio.get_running_loop(), options.debounce, options.max_delay, options.settle)
     namespaces = memo.get("namespaces") or ()
     memo.cache = cache = ClusterCache(Kube(load_api_client()), wake.poke, namespaces=namespaces)
     memo.acting = set()

@@ -92,6 +92,7 @@ class Options:
     polish_seconds: float = 1.0  # extra solver time to keep instances where they were
     debounce: float = 1.0  # quiet seconds after a node change before re-planning (a scheduler's period)
     max_delay: float = 10.0  # re-plan at the latest this long after the first change of a burst
+    settle: float = 0.2  # an isolated node change after a quiet spell re-plans this soon (0: debounce)
     resync: float = 60.0  # Infeasible/Error plans re-plan this often; Ready is re-checked too
     ready_poll: float = 2.0  # while pods are pending, check readiness this often
     priority_base: int = PRIORITY_BASE  # an N-card PriorityClass has the value base + N·1000
@@ -108,10 +109,10 @@ class Prepared:
     result: PlanResult
     desired: Desired
     writes: list[Write]
-    started: float
     shared: Shared | None = None  # planned together: admission, elastic requests
     done: list[Write] = field(default_factory=list)  # performed already (the hand-over)
     written: bool = False  # every write performed: only the status is left
+    took: dict[str, float] = field(default_factory=dict)  # seconds by stage, for the log line
 
 
 @dataclass(frozen=True)
@@ -347,6 +348,7 @@ class PlanService:
         prepared = self.prepare(plan, spec, result, nodes, in_use, desired)
         if isinstance(prepared, Outcome):
             return prepared
+        prepared.took = {**self._took, **prepared.took}
         return self.hand_over(prepared) or self.complete(prepared)
 
     def prepare(
@@ -376,7 +378,9 @@ class PlanService:
             return self._apply_failed(plan, result, str(e), now)
         except ApiException as e:
             return self._apply_failed(plan, result, api_error_message(e), now)
-        return Prepared(plan, spec, result, desired, writes, started, shared)
+        prepared = Prepared(plan, spec, result, desired, writes, shared)
+        prepared.took["read and compare"] = time.perf_counter() - started
+        return prepared
 
     def hand_over(self, prepared: Prepared) -> Outcome | None:
         """The writes that free cards (Deployments the plan no longer wants): every plan's go
@@ -386,7 +390,7 @@ class PlanService:
         if not drops:
             return None
         try:
-            perform(self.kube, drops, self.metrics, landed=self.on_written)
+            perform(self.kube, drops, self.metrics, landed=self.on_written, took=prepared.took)
         except ApiException as e:
             return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
         prepared.done.extend(drops)
@@ -410,7 +414,9 @@ class PlanService:
         an Outcome when they failed. Plans may do this side by side: what had to go first is gone."""
         rest = [w for w in prepared.writes if w.step is not Step.DROP] if prepared.done else prepared.writes
         try:
-            prepared.done.extend(perform(self.kube, rest, self.metrics, landed=self.on_written))
+            prepared.done.extend(
+                perform(self.kube, rest, self.metrics, landed=self.on_written, took=prepared.took)
+            )
         except ApiException as e:
             return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
         prepared.written = True
@@ -421,10 +427,8 @@ class PlanService:
         planning together said, if it did)."""
         plan, spec, result, desired = prepared.plan, prepared.spec, prepared.result, prepared.desired
         now = self.clock()
-        read = time.perf_counter()
         if not prepared.written and (failed := self.write_rest(prepared)) is not None:
             return failed
-        wrote = time.perf_counter()
         changes = Changes.of(prepared.done)
         try:
             pods = self._plan_pods(plan) if spec.deploy else []
@@ -449,11 +453,6 @@ class PlanService:
         moved = (plan.status.get("applied") or {}).get("units") != applied["units"]
         if changes:
             self.events(plan, "Normal", Reason.APPLIED, changes.describe())
-            self._took |= {"objects read": read - prepared.started, "writes": wrote - read}
-            took = ", ".join(f"{k} {v:.2f}s" for k, v in self._took.items())
-            log.info(
-                "%s: applied %d writes (%s): %s", plan.ref, len(prepared.writes), took, changes.describe()
-            )
         for type_, reason, message in st.share_events(plan.status, new):
             self.events(plan, type_, reason, message)
             self.metrics.shared_event(reason)
@@ -463,8 +462,15 @@ class PlanService:
             verb = Reason.REPLANNED if plan.status.get("applied") else Reason.PLANNED
             self.events(plan, "Normal", verb, new["message"])
         self.metrics.plan_status(plan.namespace, plan.name, new)
+        started = time.perf_counter()
         if self._write_status(plan, new):
+            prepared.took["status"] = time.perf_counter() - started
             log.info("%s: %s: %s; %s", plan.ref, phase, new["message"], ready.message)
+        if changes:
+            took = ", ".join(f"{k} {v:.2f}s" for k, v in prepared.took.items())
+            log.info(
+                "%s: applied %d writes (%s): %s", plan.ref, len(prepared.writes), took, changes.describe()
+            )
         return Outcome(phase, new["message"], moved=moved, ready=ready.ready)
 
     def _apply_failed(self, plan: PlanBody, result: PlanResult, error: str, now: str) -> Outcome:

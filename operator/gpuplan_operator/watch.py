@@ -6,7 +6,9 @@ Node events are many and mostly irrelevant (heartbeats, conditions, our own labe
 matters to planning only through its labels, allocatable, ``unschedulable`` and taints, so each
 node is reduced to a :func:`node_fingerprint` and only a changed fingerprint counts. Plan label
 keys are left out of the fingerprint: otherwise applying a plan's labels would trigger the next
-re-plan of every plan, forever.
+re-plan of every plan, forever. So is the ``node.kubernetes.io/unschedulable`` taint of a cordoned
+node: kube-controller-manager adds it moments after the cordon, and it says nothing planning did
+not already read from ``unschedulable`` (one cordon is one change, not a burst of two).
 
 Node health is held to a grace period, as kube-controller-manager holds pods on a NotReady node
 (its ``node.kubernetes.io/not-ready`` and ``unreachable`` taints are tolerated for 300 s before
@@ -30,6 +32,7 @@ from planner import is_plan_label_key
 Fingerprint = tuple[Any, ...]
 NODE_GRACE = 60.0  # seconds a node may be not Ready before planning gives up on it
 LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+CORDON_TAINT = "node.kubernetes.io/unschedulable"  # kube-controller-manager's copy of a cordon
 
 
 def utcnow() -> datetime:
@@ -88,12 +91,15 @@ def node_fingerprint(
     status = view.get("status") or {}
     labels = tuple(sorted((k, v) for k, v in (meta.get("labels") or {}).items() if not is_plan_label_key(k)))
     allocatable = tuple(sorted((status.get("allocatable") or {}).items()))
+    cordoned = bool(spec.get("unschedulable"))
     taints = tuple(
         sorted(
-            (t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in spec.get("taints") or []
+            (t.get("key", ""), t.get("value") or "", t.get("effect", ""))
+            for t in spec.get("taints") or []
+            if not (cordoned and t.get("key") == CORDON_TAINT)  # says again what unschedulable says
         )
     )
-    return (labels, allocatable, bool(spec.get("unschedulable")), taints)
+    return (labels, allocatable, cordoned, taints)
 
 
 def slice_fingerprint(slice_: Mapping[str, Any]) -> Fingerprint:

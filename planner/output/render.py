@@ -82,12 +82,19 @@ def _operator_entry(service: str) -> dict[str, Any]:
 
 
 def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(dict(base))
+    """``base`` (a template: copied) under ``over`` (values made for this entry alone: taken as
+    they are, not copied again), maps merged key by key; keys in base's order, then over's new
+    ones. Copying what :func:`_entry` had just built cost half of rendering 2,480 entries."""
+    out: dict[str, Any] = {}
+    for k, b in base.items():
+        if k not in over:
+            out[k] = copy.deepcopy(b)
+            continue
+        v = over[k]
+        out[k] = _deep_merge(b, v) if isinstance(v, Mapping) and isinstance(b, Mapping) else v
     for k, v in over.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
+        if k not in base:
+            out[k] = v
     return out
 
 

@@ -192,3 +192,11 @@ def test_the_cpu_request_pattern_admits_what_the_parser_reads(value: str, admitt
     else:
         with pytest.raises(InvalidInput, match=r"operators\[0\]\.cpuRequest"):
             parse_spec(spec, name="x", namespace="y")
+
+
+def test_what_a_plan_holds_is_one_field_to_the_field_manager() -> None:
+    """``applied`` has a key per node: tracked key by key, the operator's managed fields of a
+    1,000-node plan were 37 KB, sent back with every status patch and watch event."""
+    props = version()["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert props["applied"]["x-kubernetes-map-type"] == "atomic"
+    assert "x-kubernetes-list-type" not in props["allocations"]  # a list is atomic unless it says

@@ -7,6 +7,7 @@ above them (a loaded machine may be slow, never wrong).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Coroutine
 from typing import Any, cast
@@ -86,6 +87,42 @@ def test_a_burst_never_waits_longer_than_max_delay() -> None:
     assert 0.5 <= took < 0.5 + 1.0
 
 
+def test_an_isolated_node_change_after_a_quiet_spell_starts_the_cycle_after_the_settle() -> None:
+    async def scenario() -> tuple[float, float]:
+        wake = Wake(asyncio.get_running_loop(), debounce=1.0, max_delay=5.0, settle=0.05)
+        t = time.monotonic()
+        wake.poke("nodes", True)  # a cordon, nothing before it
+        await asyncio.wait_for(wake.wait(None), PATIENCE)
+        alone = time.monotonic() - t
+
+        t = time.monotonic()
+        wake.poke("nodes", True)  # another, right after: not after a quiet spell
+        await asyncio.wait_for(wake.wait(None), PATIENCE)
+        return alone, time.monotonic() - t
+
+    alone, soon_after = asyncio.run(scenario())
+    assert alone < 0.5  # the settle and the coalescing window, not the 1 s debounce
+    assert soon_after >= 1.0  # the change before it was less than a debounce ago: debounced
+
+
+def test_a_burst_after_a_quiet_spell_still_settles_as_one() -> None:
+    async def scenario() -> float:
+        wake = Wake(asyncio.get_running_loop(), debounce=0.3, max_delay=5.0, settle=0.2)
+        started = time.monotonic()
+
+        async def burst() -> None:
+            for _ in range(4):
+                wake.poke("nodes", True)
+                await asyncio.sleep(0.02)
+
+        poking = asyncio.create_task(burst())
+        await asyncio.wait_for(wake.wait(None), PATIENCE)
+        await poking
+        return time.monotonic() - started
+
+    assert asyncio.run(scenario()) >= 0.06 + 0.3  # the last change, then the whole debounce
+
+
 def test_the_plan_daemon_marks_this_replica_acting_while_it_runs() -> None:
     async def scenario() -> tuple[set[str], set[str]]:
         memo = kopf.Memo(acting=set(), wake=Wake(asyncio.get_running_loop(), 0.1, 1.0), cycles="running")
@@ -101,3 +138,28 @@ def test_the_plan_daemon_marks_this_replica_acting_while_it_runs() -> None:
 
     during, after = asyncio.run(scenario())
     assert during == {"ns/p"} and after == set()
+
+
+def body(raw: dict[str, Any]) -> kopf.Body:
+    return kopf.Body(cast(kopf.RawBody, raw))
+
+
+def test_kopfs_last_handled_state_is_a_digest_not_a_copy_of_the_spec() -> None:
+    storage = handlers.DigestDiffBase(prefix="gpuplan.ragnaros.io", key="last-handled-configuration")
+    spec = {"requests": {f"svc{i:04d}": {"P4": 8} for i in range(400)}}
+    meta: dict[str, Any] = {"name": "p", "namespace": "ns"}
+    raw: dict[str, Any] = {"metadata": meta, "spec": spec, "status": {"phase": "Applied"}}
+    essence = storage.build(body=body(raw))
+    patch = kopf.Patch()
+    storage.store(body=body(raw), patch=patch, essence=essence)
+    stored = dict(patch["metadata"]["annotations"])
+    last = stored["gpuplan.ragnaros.io/last-handled-configuration"]
+    assert len(last) < 200 < len(json.dumps(spec))  # not a copy of a 400-entry spec
+
+    def build(obj: dict[str, Any]) -> Any:
+        return storage.build(body=body(obj))
+
+    assert storage.fetch(body=body({**raw, "metadata": {**meta, "annotations": stored}})) == essence
+    assert build({**raw, "status": {"phase": "Error"}}) == essence  # status is no change to kopf
+    changed = {**raw, "spec": {**spec, "priority": 5}}
+    assert build(changed) != essence  # a spec change still is

@@ -36,6 +36,21 @@ def test_our_own_label_writes_do_not_change_the_fingerprint() -> None:
     assert node_fingerprint(before) == node_fingerprint(after)
 
 
+def test_the_cordon_taint_the_controller_adds_after_a_cordon_is_not_a_second_change() -> None:
+    taint = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    before = node("a")
+    cordoned = copy.deepcopy(before)
+    cordoned["spec"]["unschedulable"] = True
+    tainted = copy.deepcopy(cordoned)
+    tainted["spec"]["taints"] = [taint]
+    assert node_fingerprint(cordoned) != node_fingerprint(before)
+    assert node_fingerprint(tainted) == node_fingerprint(cordoned)
+    uncordoned = copy.deepcopy(tainted)  # the taint is not gone yet: planning must hear when it goes
+    del uncordoned["spec"]["unschedulable"]
+    assert node_fingerprint(uncordoned) != node_fingerprint(before)
+    assert node_fingerprint(uncordoned) != node_fingerprint(tainted)
+
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 GPU_TAINT = {"key": "gpu", "value": "reserved", "effect": "NoSchedule"}

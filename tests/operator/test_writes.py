@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from gpuplan_operator import diff
+from gpuplan_operator import writes as writes_module
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.writes import (
     Changes,
@@ -149,3 +151,33 @@ def test_configmap_parts_a_plan_no_longer_needs_are_deleted() -> None:
     )  # fmt: skip
     deletes = [w for w in apply_writes(body, desired, observed, ()) if w.verb is Verb.DELETE]
     assert [(w.kind, w.name) for w in deletes] == [("ConfigMap", "p-flamewakers-2")]
+
+
+def test_a_deployment_compared_before_in_the_same_version_is_not_compared_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nodes = [node(f"p4-{i}") for i in range(4)]
+    body = PlanBody.from_object(plan(requests={"face_feature_extract": {"P4": 4}}, deploy=True))
+    desired = desired_for({"face_feature_extract": {"P4": 4}}, nodes)
+    observed = landed(body, desired, nodes)
+    for i, (name, dep) in enumerate(observed.deployments.items()):
+        meta = dict(dep["metadata"], uid=f"uid-{name}", resourceVersion=str(100 + i), namespace="ns")
+        observed.deployments[name] = dict(dep, metadata=meta)  # type: ignore[index]
+    assert apply_writes(body, desired, observed, ()) == []
+    compared: list[str] = []
+    real = diff.covers
+
+    def counting(actual: Any, desired: Any, key: str = "") -> bool:
+        if isinstance(desired, dict) and desired.get("kind") == "Deployment":
+            compared.append(desired["metadata"]["name"])
+        return real(actual, desired, key)
+
+    monkeypatch.setattr(writes_module, "covers", counting)
+    assert apply_writes(body, desired, observed, ()) == []
+    assert compared == []  # every Deployment: the same version, the same manifest as last time
+    name, dep = next(iter(observed.deployments.items()))
+    edited = dict(dep, spec=dict(dep["spec"], replicas=5))  # someone scaled it: a new version
+    edited["metadata"] = dict(dep["metadata"], resourceVersion="999")
+    observed.deployments[name] = edited  # type: ignore[index]
+    (write,) = apply_writes(body, desired, observed, ())
+    assert (write.step, write.name) == (Step.DEPLOYMENTS, name) and compared == [name]

@@ -8,6 +8,11 @@ cycle, and not all at once:
 - a node, ResourceSlice or NodeResourceTopology change that matters to planning waits for the
   burst to settle (``debounce`` quiet seconds, at most ``max_delay`` after its first change), so a
   rack going down is one re-plan, not fifty;
+- except the first change after a quiet spell (none for ``debounce`` seconds): it starts the
+  cycle after ``settle`` seconds when no other change follows it within them (a cordon is
+  re-planned at once, not a debounce later); a second change within the settle makes it a burst,
+  which settles as above (the leading edge of kube-batch's period, the coalescing of a trailing
+  debounce);
 - a plan created, changed or deleted runs a cycle almost at once (a short coalescing window lets
   one ``kubectl apply`` of several plans be one cycle);
 - a pod of a plan changing runs a cycle at once too, which only re-checks readiness.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -35,15 +41,23 @@ COALESCE = 0.1  # seconds a plan or pod change waits for others of the same mome
 
 
 class Wake:
-    """What happened since the last cycle, and when the next one may start."""
+    """What happened since the last cycle, and when the next one may start.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, debounce: float, max_delay: float) -> None:
+    ``settle``: an isolated change after a quiet spell starts the cycle this soon (0: it waits
+    for the debounce like a burst)."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, debounce: float, max_delay: float, settle: float = 0.0
+    ) -> None:
         self.loop = loop
         self.debounce = debounce
         self.max_delay = max_delay
+        self.settle = settle
         self.event = asyncio.Event()
         self.first: float | None = None  # the first debounced change of the burst
-        self.last = 0.0  # the last debounced change
+        self.last = -math.inf  # the last debounced change
+        self.pokes = 0  # debounced changes of the burst
+        self.leading = False  # the burst began after a quiet spell: it may start the cycle early
         self.urgent = False
 
     def poke(self, kind: str, matters: bool) -> None:
@@ -59,7 +73,10 @@ class Wake:
     def _poke(self, debounced: bool) -> None:
         if debounced:
             t = time.monotonic()
-            self.first = self.first if self.first is not None else t
+            if self.first is None:
+                self.first, self.pokes = t, 0
+                self.leading = self.settle > 0 and t - self.last >= self.debounce
+            self.pokes += 1
             self.last = t
         else:
             self.urgent = True
@@ -73,7 +90,7 @@ class Wake:
             return
         while not self.urgent and self.first is not None:  # a burst of node changes: let it settle
             t = time.monotonic()
-            until = min(self.last + self.debounce, self.first + self.max_delay)
+            until = self._until()
             if t >= until:
                 break
             try:
@@ -83,6 +100,15 @@ class Wake:
         await asyncio.sleep(COALESCE)
         self.event.clear()
         self.first, self.urgent = None, False
+
+    def _until(self) -> float:
+        """When the pending node changes may start the cycle: an isolated change after a quiet
+        spell once it has settled, a burst once it has been quiet for the debounce (at most
+        ``max_delay`` after its first change)."""
+        assert self.first is not None
+        if self.leading and self.pokes == 1:
+            return min(self.first + self.settle, self.first + self.max_delay)
+        return min(self.last + self.debounce, self.first + self.max_delay)
 
     async def _urgent(self) -> None:
         while not self.urgent:

@@ -1,0 +1,99 @@
+"""apply.py: writes go out wave by wave, each wave's writes together, against an in-memory API
+server that makes every write take a moment (so what was in flight together shows)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from gpuplan_operator.apply import perform
+from gpuplan_operator.body import PlanBody
+from gpuplan_operator.cluster import read_for_apply
+from gpuplan_operator.metrics import Metrics
+from gpuplan_operator.writes import Step, Verb, Write
+
+from planner import Desired
+from tests.operator.builders import node, plan
+from tests.operator.fake_kube import FakeKube
+
+KEY = "gpuplan.ragnaros.io/ns.p"
+NS = "ns"
+
+
+class SlowKube(FakeKube):
+    """Every write (and with ``reads``, every read) takes ``delay`` seconds; when each started and
+    ended is kept by path."""
+
+    def __init__(self, delay: float = 0.1, reads: bool = False) -> None:
+        super().__init__()
+        self.delay = delay
+        self.reads = reads
+        self.spans: dict[str, tuple[float, float]] = {}
+        self._spans = threading.Lock()
+
+    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if method == "GET" and not self.reads:
+            return super().request(method, path, **kw)
+        started = time.monotonic()
+        time.sleep(self.delay)
+        try:
+            return super().request(method, path, **kw)
+        finally:
+            with self._spans:
+                self.spans[f"{method} {path}"] = (started, time.monotonic())
+
+
+def manifest(kind: str, name: str) -> Mapping[str, Any]:
+    meta = {"name": name, "namespace": NS}
+    if kind == "ConfigMap":
+        return {"apiVersion": "v1", "kind": kind, "metadata": meta, "data": {}}
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta, "spec": {}}
+
+
+def test_a_moves_writes_go_in_four_waves_and_nothing_runs_ahead_of_what_it_needs() -> None:
+    kube = SlowKube()
+    for n in ("old", "new"):
+        kube.put("api/v1/nodes", node(n))
+    kube.put(f"apis/apps/v1/namespaces/{NS}/deployments", {"metadata": {"name": "leaving", "namespace": NS}})
+    writes = [
+        Write(Step.UNLABEL_NODES, Verb.LABEL, "Node", "old", labels={KEY: None}),
+        Write(Step.DEPLOYMENTS, Verb.APPLY, "Deployment", "arriving", NS, manifest("Deployment", "arriving")),
+        Write(Step.CONFIGMAP, Verb.APPLY, "ConfigMap", "p-flamewakers", NS, manifest("ConfigMap", "p-flamewakers")),
+        Write(Step.LABEL_NODES, Verb.LABEL, "Node", "new", labels={KEY: "new"}),
+        Write(Step.DROP, Verb.DELETE, "Deployment", "leaving", NS),
+    ]  # fmt: skip
+    took: dict[str, float] = {}
+    perform(kube, writes, Metrics(), took=took)
+
+    def span(fragment: str) -> tuple[float, float]:
+        (found,) = [v for k, v in kube.spans.items() if fragment in k]
+        return found
+
+    drop, label = span("DELETE /apis/apps/v1/namespaces/ns/deployments/leaving"), span("nodes/new")
+    cm, deploy = span("configmaps/p-flamewakers"), span("deployments/arriving")
+    unlabel = span("nodes/old")
+    assert drop[1] <= label[0]  # the cards are free before anything is written that may take them
+    assert label[1] <= min(cm[0], deploy[0])  # the label exists before what makes the pods
+    assert max(cm[0], deploy[0]) < min(cm[1], deploy[1])  # the ConfigMap and the Deployment together
+    assert max(cm[1], deploy[1]) <= unlabel[0]  # the old label goes once nothing new selects it
+    assert list(took) == ["drop 1", "label_nodes 1", "configmap 1+deployments 1", "unlabel_nodes 1"]
+
+
+def test_an_applys_reads_go_out_together() -> None:
+    kube = SlowKube(reads=True)
+    body = PlanBody.from_object(plan())
+    desired = Desired(
+        node_labels={},
+        label_key=KEY,
+        priority_classes=[],
+        configmaps=[dict(manifest("ConfigMap", n)) for n in ("p-flamewakers", "p-flamewakers-2")],
+        deployments=[dict(manifest("Deployment", f"d{i}")) for i in range(3)],
+    )
+    observed = read_for_apply(kube, body, desired, [], managed=[])
+    gets = [v for k, v in kube.spans.items() if k.startswith("GET ")]
+    assert len(gets) == 3 + 2 + 1 + 1  # three Deployments, two ConfigMaps by name, classes, templates
+    assert observed.deployments == {} and observed.configmaps == {}
+    in_flight = max(sum(1 for a, b in gets if a <= t < b) for t, _ in gets)
+    assert in_flight >= 4  # not one after the other
