@@ -19,6 +19,17 @@ KUBECONFIG_KIND="${REPO_ROOT}/.cluster/kind-kubeconfig"
 
 log() { printf '[kind-up %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+# raise_sysctl <key> <value>: raise a kernel setting to at least <value> (root only; else a warning)
+raise_sysctl() {
+  local now
+  now="$(sysctl -n "$1" 2>/dev/null)" || return 0
+  ((now >= $2)) && return 0
+  if sysctl -q -w "$1=$2" >/dev/null 2>&1; then
+    log "raised $1 from ${now} to $2"
+  else
+    log "WARNING: $1 is ${now}; kind's nodes may need $2 (sysctl -w $1=$2 as root)"
+  fi
+}
 
 # shellcheck source=env.sh
 source "${KIND_DIR}/env.sh"
@@ -34,11 +45,26 @@ else
   [[ "${KIND_EXPERIMENTAL_PROVIDER:-}" != podman ]] || kind_podman_network
   # kind mounts the host's /lib/modules into every node; a machine without one gets an empty one
   [[ -d /lib/modules ]] || { log "creating an empty /lib/modules (kind mounts it into its nodes)"; mkdir -p /lib/modules; }
+  # Every node's kubelet, containerd and systemd take inotify instances of the host's root user,
+  # 128 by default: with the real-kubelet nodes up too, two kind workers' kubelets failed with
+  # "unable to create inotify: too many open files" and never registered. kind's known-issues
+  # page gives these values.
+  raise_sysctl fs.inotify.max_user_instances 512
+  raise_sysctl fs.inotify.max_user_watches 524288
   log "creating kind cluster ${NAME} (1 control plane + 7 workers; a few minutes the first time)${IMAGE:+ from ${IMAGE}}"
   "${KIND}" create cluster --config "${CONFIG}" --kubeconfig "${KUBECONFIG_KIND}" --wait 180s ${IMAGE:+--image "${IMAGE}"} >&2
 fi
 chmod 600 "${KUBECONFIG_KIND}"
 export KUBECONFIG="${KUBECONFIG_KIND}"
+# kind waits for the control plane only; `wait nodes --all` covers only the nodes registered so far
+want="$(grep -c '^- role:' "${CONFIG}")"
+for _ in $(seq 180); do
+  [[ "$(kubectl get nodes --no-headers 2>/dev/null | wc -l)" -ge "${want}" ]] && break
+  sleep 1
+done
+have="$(kubectl get nodes --no-headers 2>/dev/null | wc -l)"
+[[ "${have}" -ge "${want}" ]] ||
+  die "${have} of the ${want} nodes of ${CONFIG} registered in 180 s; a node's kubelet log: podman exec <node> journalctl -u kubelet"
 kubectl wait --for=condition=Ready nodes --all --timeout=180s >/dev/null
 
 # Pod traffic between the nodes of a node image made here (hack/kind/node-image.sh): each node has
