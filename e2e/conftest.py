@@ -32,7 +32,7 @@ from e2e.support import (
     Kubectl,
     OperatorProcess,
     fake_node,
-    node_ready,
+    node_schedulable,
     wait_for,
 )
 
@@ -191,7 +191,11 @@ def make_nodes(api: Api) -> Iterator[Callable[..., list[str]]]:
         for name in names:
             api.create("v1", "nodes", fake_node(name, gpu_type, cards))
             created.append(name)
-        wait_for(f"nodes {names} Ready", lambda: all(node_ready(api.node(n)) for n in names), timeout=60)
+        wait_for(
+            f"nodes {names} Ready and untainted",
+            lambda: all(node_schedulable(api.node(n)) for n in names),
+            timeout=60,
+        )
         return names
 
     yield make

@@ -213,6 +213,21 @@ def node_ready(node: Mapping[str, Any] | None) -> bool:
     return False
 
 
+NODE_LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+def node_schedulable(node: Mapping[str, Any] | None) -> bool:
+    """Ready, and the node lifecycle controller has lifted its not-ready taint.
+
+    A new node reports Ready a moment before the controller removes the ``not-ready`` taint it was
+    registered with; a pod created in between is found Unschedulable once, then scheduled.
+    """
+    if not node_ready(node):
+        return False
+    taints = ((node or {}).get("spec") or {}).get("taints") or []
+    return not any(t.get("key") in NODE_LIFECYCLE_TAINTS for t in taints)
+
+
 # --- the operator process --------------------------------------------------------------------
 
 
