@@ -2,11 +2,12 @@
 
 On the local control plane (real kube-apiserver, kube-scheduler, kube-controller-manager, kwok
 nodes), for each size: create N fake GPU nodes, start the operator, create one plan with
-``deploy: true`` whose requests make about 2.3 pods per node, and time
+``deploy: true`` whose requests make about 2.3 pods per node (past 1,000 nodes, one such plan per
+1,000 nodes, created one after another: a plan lists at most 1,024 requests), and time
 
-- **written**: the plan reports ``Applied`` (the operator has labelled, applied and deployed);
-- **running**: every pod the plan owns is Running on the node the plan chose;
-- **cordon**: the busiest node is cordoned; time until the plan's applied placement leaves it,
+- **written**: every plan reports ``Applied`` (the operator has labelled, applied and deployed);
+- **running**: every pod the plans own is Running on the node its plan chose;
+- **cordon**: the busiest node is cordoned; time until every plan's applied placement leaves it,
   and until the displaced pods run elsewhere.
 - **urgent**: a second plan of priority 100 arrives (one 8-card instance per four nodes; the
   first plan spreads its instances over four nodes of five, so it must hand nodes over): time
@@ -56,11 +57,22 @@ class DefaultOperator(OperatorProcess):
     ARGS = ("--plan-seconds", "30")  # the operator's own defaults otherwise (debounce 1 s, ...)
 
 
-def plan_spec(nodes: int) -> dict[str, Any]:
-    """About 2.3 pods per node: 40% of the operators spread 8 instances, the rest mixed."""
+NODES_PER_PLAN = 1000  # a plan lists at most 1,024 requests (the CRD's bound): larger sizes get several
+
+
+def plan_names(nodes: int) -> list[str]:
+    """The load's plans: one per 1,000 nodes (``scale``, ``scale-2``, ...), all on the same nodes."""
+    count = max(1, -(-nodes // NODES_PER_PLAN))
+    return [PLAN] + [f"{PLAN}-{i}" for i in range(2, count + 1)]
+
+
+def plan_spec(nodes: int, first: int = 0) -> dict[str, Any]:
+    """About 2.3 pods per node: 40% of the operators spread 8 instances, the rest mixed.
+
+    ``first``: the number of the first operator (several plans name theirs apart)."""
     operators, requests = [], {}
     count = max(4, (nodes * 2) // 5)
-    for i in range(count):
+    for i in range(first, first + count):
         name = f"svc{i:04d}"
         kind = ("service", "service", "single", "machine", "service")[i % 5]
         operators.append(
@@ -75,20 +87,24 @@ def plan_spec(nodes: int) -> dict[str, Any]:
     }
 
 
-def on_planned_nodes(api: Api, key: str, expected: int, avoid: str | None = None, plan: str = PLAN) -> bool:
-    pods = [
-        p
-        for p in api.pods(NS, f"gpuplan.ragnaros.io/plan={plan}")
-        if not p["metadata"].get("deletionTimestamp")
-    ]
-    running = [
-        p
-        for p in pods
-        if p["status"].get("phase") == "Running"
-        and p["spec"].get("nodeName") == (p["spec"].get("nodeSelector") or {}).get(key)
-        and p["spec"].get("nodeName") != avoid
-    ]
-    return len(running) == expected == len(pods)
+def all_on_planned_nodes(api: Api, counts: dict[str, int], avoid: str | None = None) -> bool:
+    """Every plan of ``counts`` (plan -> its pods) has exactly that many live pods, each Running on
+    its planned node (and not on ``avoid``). One listing for all the plans."""
+    live: dict[str, int] = {}
+    running: dict[str, int] = {}
+    for p in api.pods(NS, "gpuplan.ragnaros.io/plan"):
+        if p["metadata"].get("deletionTimestamp"):
+            continue
+        plan = p["metadata"]["labels"]["gpuplan.ragnaros.io/plan"]
+        live[plan] = live.get(plan, 0) + 1
+        node = p["spec"].get("nodeName")
+        if (
+            p["status"].get("phase") == "Running"
+            and node == (p["spec"].get("nodeSelector") or {}).get(label_key(NS, plan))
+            and node != avoid
+        ):
+            running[plan] = running.get(plan, 0) + 1
+    return all(live.get(p, 0) == running.get(p, 0) == n for p, n in counts.items())
 
 
 FLOOR = "floor"  # the label of the Deployments the floor run creates
@@ -240,11 +256,11 @@ def replicas(deployments: list[dict[str, Any]]) -> int:
 def clear_leftovers(api: Api) -> None:
     """Remove what an interrupted run left (its plan, Deployments, pods and nodes), so a bench
     stopped halfway does not stop the next one."""
-    for plan in (PLAN, URGENT):
-        if api.plan(NS, plan) is not None:
-            # no operator runs now to release the finalizer; the plan's own objects go below
-            api.patch(API, "gpuallocationplans", plan, {"metadata": {"finalizers": None}}, NS)
-            api.delete(API, "gpuallocationplans", plan, NS)
+    for item in api.kube.get(f"/apis/{API}/namespaces/{NS}/gpuallocationplans").get("items") or []:
+        plan = item["metadata"]["name"]
+        # no operator runs now to release the finalizer; the plan's own objects go below
+        api.patch(API, "gpuallocationplans", plan, {"metadata": {"finalizers": None}}, NS)
+        api.delete(API, "gpuallocationplans", plan, NS)
     delete_all(api, f"/apis/apps/v1/namespaces/{NS}/deployments")
     delete_all(api, f"/api/v1/namespaces/{NS}/pods", body={"gracePeriodSeconds": 0})
     left = api.nodes(f"{TYPE_KEY}={TYPE}")
@@ -255,8 +271,7 @@ def clear_leftovers(api: Api) -> None:
     wait_for("leftover pods gone", lambda: not api.pods(NS), 300, 0.5)
 
 
-def create_and_wait_applied(api: Api, name: str, spec: dict[str, Any]) -> None:
-    """Create the plan and wait until its status says Applied."""
+def create_plan(api: Api, name: str, spec: dict[str, Any]) -> None:
     manifest = {
         "apiVersion": API,
         "kind": "GpuAllocationPlan",
@@ -264,10 +279,14 @@ def create_and_wait_applied(api: Api, name: str, spec: dict[str, Any]) -> None:
         "spec": spec,
     }
     api.create(API, "gpuallocationplans", manifest, NS)
+
+
+def wait_applied(api: Api, name: str) -> None:
+    """Wait until the plan's status says Applied."""
     wait_for(
         f"{name} Applied",
         lambda: (api.plan(NS, name) or {}).get("status", {}).get("phase") == "Applied",
-        600,
+        900,
         0.1,
     )
 
@@ -277,6 +296,10 @@ def moved_instances(before: dict[str, Any], after: dict[str, Any]) -> int:
     was = {(a["operator"], n): k for a in before["allocations"] for n, k in a["nodes"].items()}
     now = {(a["operator"], n): k for a in after["allocations"] for n, k in a["nodes"].items()}
     return sum(max(0, k - now.get(key, 0)) for key, k in was.items())
+
+
+def instances(status: dict[str, Any]) -> int:
+    return sum(int(a["instances"]) for a in status.get("allocations") or [])
 
 
 def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool = True) -> dict[str, Any]:
@@ -294,83 +317,77 @@ def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool 
     )
     operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
     operator.start()
-    key = label_key(NS, PLAN)
-    result: dict[str, Any] = {"nodes": nodes}
+    plans = plan_names(nodes)
+    share = nodes // len(plans)
+    result: dict[str, Any] = {"nodes": nodes, "plans": len(plans)}
     poll = pod_poll(nodes)
     try:
         start = time.monotonic()
-        create_and_wait_applied(api, PLAN, plan_spec(nodes))
+        first = 0
+        for plan in plans:  # created one after another, as kubectl apply -f of a folder would
+            spec = plan_spec(share, first)
+            first += len(spec["operators"])
+            create_plan(api, plan, spec)
+        for plan in plans:
+            wait_applied(api, plan)
         result["written"] = time.monotonic() - start
-        status = api.status(NS, PLAN)
-        pods = sum(a["instances"] for a in status["allocations"])
+        statuses = {p: api.status(NS, p) for p in plans}
+        counts = {p: instances(st) for p, st in statuses.items()}
+        pods = sum(counts.values())
         result["pods"] = pods
-        wait_for("pods Running", lambda: on_planned_nodes(api, key, pods), 900, poll)
+        wait_for("pods Running", lambda: all_on_planned_nodes(api, counts), 900, poll)
         result["running"] = time.monotonic() - start
 
         held: dict[str, int] = {}
-        for a in status["allocations"]:
-            for n, c in a["nodes"].items():
-                held[n] = held.get(n, 0) + c
+        for st in statuses.values():
+            for a in st["allocations"]:
+                for n, c in a["nodes"].items():
+                    held[n] = held.get(n, 0) + c
         victim = max(held, key=lambda n: (held[n], n))
+
+        def left_victim() -> bool:
+            for p in plans:
+                units = ((api.plan(NS, p) or {}).get("status", {}).get("applied") or {}).get("units")
+                if units is None or victim in units:
+                    return False
+            return True
+
         start = time.monotonic()
         api.patch("v1", "nodes", victim, {"spec": {"unschedulable": True}})
-        wait_for(
-            "re-plan applied",
-            lambda: (
-                victim
-                not in ((api.plan(NS, PLAN) or {}).get("status", {}).get("applied") or {}).get(
-                    "units", {victim: 1}
-                )
-            ),
-            120,
-            0.1,
-        )
+        wait_for("re-plan applied", left_victim, 120, 0.1)
         result["cordon_replanned"] = time.monotonic() - start
-        wait_for("displaced pods Running", lambda: on_planned_nodes(api, key, pods, avoid=victim), 300, poll)
+        wait_for("displaced pods Running", lambda: all_on_planned_nodes(api, counts, avoid=victim), 300, poll)
         result["cordon_running"] = time.monotonic() - start
         result["cordon_held"] = held[victim]
         api.patch("v1", "nodes", victim, {"spec": {"unschedulable": False}})
-        bare = bare_deployments(api, key)
+        bare = [d for p in plans for d in bare_deployments(api, label_key(NS, p), p)]
 
-        # a plan of higher priority arrives: the first one hands cards over, then both run
-        wait_for("the uncordon seen", lambda: on_planned_nodes(api, key, pods), 300, poll)
+        # a plan of higher priority arrives: the first ones hand cards over, then all run
+        wait_for("the uncordon seen", lambda: all_on_planned_nodes(api, counts), 300, poll)
         time.sleep(3)  # past the debounce: the uncordon's cycle is done
-        first = api.status(NS, PLAN)
-        bare_before = bare_deployments(api, key)
-        urgent_key = label_key(NS, URGENT)
+        before = {p: api.status(NS, p) for p in plans}
+        bare_before = [d for p in plans for d in bare_deployments(api, label_key(NS, p), p)]
         start = time.monotonic()
-        create_and_wait_applied(api, URGENT, urgent_spec(nodes))
-        urgent = api.status(NS, URGENT)
-        after = api.status(NS, PLAN)
-        urgent_pods = sum(a["instances"] for a in urgent["allocations"])
-        pods_after = sum(a["instances"] for a in after["allocations"])
-        wait_for(
-            "both plans' pods Running",
-            lambda: (
-                on_planned_nodes(api, urgent_key, urgent_pods, plan=URGENT)
-                and on_planned_nodes(api, key, pods_after)
-            ),
-            900,
-            poll,
-        )
+        create_plan(api, URGENT, urgent_spec(nodes))
+        wait_applied(api, URGENT)
+        urgent_pods = instances(api.status(NS, URGENT))
+        after = {p: api.status(NS, p) for p in plans}
+        wanted = {p: instances(st) for p, st in after.items()} | {URGENT: urgent_pods}
+        wait_for("every plan's pods Running", lambda: all_on_planned_nodes(api, wanted), 900, poll)
         result["urgent_running"] = time.monotonic() - start
         result["urgent_pods"] = urgent_pods
-        result["handed_over"] = moved_instances(first, after)
-        bare_after = bare_deployments(api, key) + bare_deployments(api, urgent_key, URGENT)
+        result["handed_over"] = sum(moved_instances(before[p], after[p]) for p in plans)
+        bare_after = [d for p in [*plans, URGENT] for d in bare_deployments(api, label_key(NS, p), p)]
     finally:
-        for plan in (URGENT, PLAN):
+        for plan in [URGENT, *plans]:
             if api.plan(NS, plan) is not None:
                 api.delete(API, "gpuallocationplans", plan, NS)
         try:
-            wait_for(
-                "the plans gone", lambda: api.plan(NS, PLAN) is None and api.plan(NS, URGENT) is None, 300
-            )
+            wait_for("the plans gone", lambda: all(api.plan(NS, p) is None for p in [URGENT, *plans]), 300)
         finally:
             operator.stop()
     try:
-        wait_for(
-            "the plan's pods gone", lambda: not api.pods(NS, f"gpuplan.ragnaros.io/plan={PLAN}"), 300, 0.5
-        )
+        wait_for("the plans' pods gone", lambda: not api.pods(NS, "gpuplan.ragnaros.io/plan"), 300, 0.5)
         nan = float("nan")
         result["floor"] = floor(api, bare, pods, poll) if floors else nan
         result["urgent_floor"] = hand_over_floor(api, bare_before, bare_after, poll) if floors else nan
@@ -400,6 +417,7 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     head = (
         "nodes",
+        "plans",
         "pods",
         "written s",
         "running s",
@@ -414,14 +432,14 @@ def main() -> None:
         "floor s",
         "x floor",
     )
-    widths = (6, 6, 10, 10, 21, 6, 10, 8, 8, 13, 6, 10, 8, 8)
+    widths = (6, 5, 6, 10, 10, 21, 6, 10, 8, 8, 13, 6, 10, 8, 8)
     print(" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         r = one_size(api, kubeconfig, size, OUT, floors=not args.no_floors)
         rows.append(r)
         print(
-            f"{r['nodes']:>6} {r['pods']:>6} {r['written']:>10.1f} {r['running']:>10.1f} "
+            f"{r['nodes']:>6} {r['plans']:>5} {r['pods']:>6} {r['written']:>10.1f} {r['running']:>10.1f} "
             f"{r['cordon_replanned']:>21.1f} {r['cordon_held']:>6} {r['cordon_running']:>10.1f} "
             f"{r['floor']:>8.1f} {r['running'] / r['floor']:>8.2f} {r['urgent_pods']:>13} "
             f"{r['handed_over']:>6} {r['urgent_running']:>10.1f} {r['urgent_floor']:>8.1f} "

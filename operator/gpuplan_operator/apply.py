@@ -16,6 +16,11 @@ When a write fails, the wave's other writes still finish (they were already in f
 later waves do not start, and the first error is raised: the plan ends in ``phase: Error`` and the
 next reconcile computes the writes again from what did land. Each write the API server accepts
 is counted in ``gpuplan_writes_total{kind}``, a failed step in ``gpuplan_apply_errors_total{kind}``.
+
+A long wave (a new plan's thousands of Deployments) can run something ``meanwhile``: the caller's
+thread calls it every ``every`` seconds while the wave's writes are in flight (the cycle lifts the
+gang gates of the pods those Deployments have made so far, so creating pods and scheduling them
+overlap).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable, MutableMapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from itertools import groupby
 from typing import TypeVar
 
@@ -33,6 +38,7 @@ from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.writes import Verb, Write, wave
 
 PARALLEL_WRITES = 8  # at most this many requests in flight (the connection pool's size)
+MEANWHILE_EVERY = 2.0  # seconds between the calls of ``meanwhile`` during a long wave
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -76,12 +82,30 @@ def perform(
     parallel: int = PARALLEL_WRITES,
     landed: Landed | None = None,
     took: MutableMapping[str, float] | None = None,
+    meanwhile: Callable[[], None] | None = None,
+    every: float | None = None,
 ) -> list[Write]:
     """Send ``writes`` wave by wave; returns them once all landed, raises the first failure.
     ``landed`` hears of each write that landed (a delete of something already gone too), with
     the object an apply returned: the caches take it in before its watch event comes. ``took``
     gets the wall seconds of each wave, named by its steps (``configmap 1+deployments 3``), for
-    the log line."""
+    the log line. ``meanwhile``: called from this thread every ``every`` seconds while a wave's
+    writes are in flight (never concurrently with itself, never after the last wave; ``every``
+    defaults to :data:`MEANWHILE_EVERY`)."""
+    every = MEANWHILE_EVERY if every is None else every
+    next_at = time.monotonic() + every
+
+    def result(future: Future[tuple[bool, JSON | None]]) -> tuple[bool, JSON | None]:
+        nonlocal next_at
+        while meanwhile is not None and not future.done():
+            left = next_at - time.monotonic()
+            if left > 0:
+                wait([future], timeout=left)
+                continue
+            meanwhile()
+            next_at = time.monotonic() + every
+        return future.result()
+
     ordered = sorted(writes, key=lambda w: (wave(w.step), w.step))
     if not ordered:
         return []
@@ -96,7 +120,7 @@ def perform(
             failure: tuple[Write, Exception] | None = None
             for write, future in futures:
                 try:
-                    accepted, obj = future.result()
+                    accepted, obj = result(future)
                 except Exception as e:
                     failure = failure or (write, e)
                     continue

@@ -36,6 +36,7 @@ while pods are gated.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -112,6 +113,9 @@ class Prepared:
     shared: Shared | None = None  # planned together: admission, elastic requests
     done: list[Write] = field(default_factory=list)  # performed already (the hand-over)
     written: bool = False  # every write performed: only the status is left
+    # write status.applied before the Deployments (a new plan's many pods): the gang gates of the
+    # pods made so far can be lifted while the rest are still being written
+    claim_first: bool = False
     took: dict[str, float] = field(default_factory=dict)  # seconds by stage, for the log line
 
 
@@ -153,6 +157,9 @@ class PlanService:
         self.deployments_source: Callable[[str], list[dict[str, Any]] | None] | None = None
         self.on_status: Callable[[Mapping[str, Any]], None] | None = None
         self.on_written: Landed | None = None
+        # called now and then while a plan that claimed its cards first writes its Deployments
+        # (with the plan's namespace/name): the cycle lifts the gates of the pods made so far
+        self.meanwhile: Callable[[str], None] | None = None
 
     # --- status -----------------------------------------------------------------------------
 
@@ -413,14 +420,52 @@ class PlanService:
         """The writes left after the hand-over (labels, classes, outputs, Deployments, clean-up);
         an Outcome when they failed. Plans may do this side by side: what had to go first is gone."""
         rest = [w for w in prepared.writes if w.step is not Step.DROP] if prepared.done else prepared.writes
+        meanwhile = None
+        if prepared.claim_first and self.claim(prepared) and self.meanwhile is not None:
+            meanwhile = functools.partial(self.meanwhile, prepared.plan.ref)
         try:
             prepared.done.extend(
-                perform(self.kube, rest, self.metrics, landed=self.on_written, took=prepared.took)
+                perform(
+                    self.kube,
+                    rest,
+                    self.metrics,
+                    landed=self.on_written,
+                    took=prepared.took,
+                    meanwhile=meanwhile,
+                )
             )
         except ApiException as e:
             return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
         prepared.written = True
         return None
+
+    def applied_of(self, prepared: Prepared) -> dict[str, Any]:
+        """``status.applied`` once the plan's writes have landed: what it holds, other plans plan
+        around and its gang gates count on."""
+        spec, result = prepared.spec, prepared.result
+        names = {r.name: r.resource_name for r in spec.resources}
+        applied: dict[str, Any] = {
+            "units": reserve.applied_units(result.allocations, names, dict(result.pod_cpu)),
+            "priorityClasses": sorted(pc["metadata"]["name"] for pc in prepared.desired.priority_classes),
+        }
+        if devices := reserve.applied_devices(result.allocations):
+            applied["devices"] = devices
+        if zones := reserve.applied_zones(result.allocations, names):
+            applied["zones"] = zones
+        return applied
+
+    def claim(self, prepared: Prepared) -> bool:
+        """Write ``status.applied`` as it will be once the writes land, before they start (the
+        rest of the status follows with :meth:`complete`); False when it could not be written
+        (the writes go on: their gates are then lifted after the status, as without a claim)."""
+        old = prepared.plan.status
+        try:
+            self._write_status(prepared.plan, {**old, "applied": self.applied_of(prepared)})
+        except ApiException as e:
+            ref, why = prepared.plan.ref, api_error_message(e)
+            log.warning("%s: claiming the cards in status failed: %s", ref, why)
+            return False
+        return True
 
     def complete(self, prepared: Prepared) -> Outcome:
         """The rest of the writes (unless :meth:`write_rest` did them), then the status (with what
@@ -435,15 +480,7 @@ class PlanService:
         except ApiException as e:
             return self._apply_failed(plan, result, api_error_message(e), now)
 
-        names = {r.name: r.resource_name for r in spec.resources}
-        applied: dict[str, Any] = {
-            "units": reserve.applied_units(result.allocations, names, dict(result.pod_cpu)),
-            "priorityClasses": sorted(pc["metadata"]["name"] for pc in desired.priority_classes),
-        }
-        if devices := reserve.applied_devices(result.allocations):
-            applied["devices"] = devices
-        if zones := reserve.applied_zones(result.allocations, names):
-            applied["zones"] = zones
+        applied = self.applied_of(prepared)
         waiting = self.gates.waiting(plan.namespace, plan.name)
         ready = readiness(desired.deployments, pods, desired.label_key, spec.deploy, waiting)
         new = st.applied_status(plan.status, plan.generation, result, applied, ready, now)

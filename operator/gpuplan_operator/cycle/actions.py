@@ -18,6 +18,13 @@ Deployments that leave go, for all plans, before any plan writes the rest: cards
 one plan to another are released before the instances that take them are created, so no node
 is asked for more cards than it has. Then labels, classes, the ConfigMap, claim templates and
 Deployments, plans side by side, and the statuses in :func:`release_order`.
+
+A plan that writes many Deployments with the gang gate (a new plan of thousands of pods) and takes
+no card another plan of the cycle gives up *claims first* (:func:`claims_first`): its
+``status.applied`` is written before its Deployments, and while they are written the cycle lifts
+the gates of the pods made so far (:mod:`..apply`'s ``meanwhile``), so creating the plan's pods
+and scheduling them overlap instead of one waiting for the other. The gates still open only once
+the whole plan fits, against the claimed placement.
 """
 
 from __future__ import annotations
@@ -36,10 +43,12 @@ from gpuplan_operator.cluster import ClusterRead
 from gpuplan_operator.cycle.order import created
 from gpuplan_operator.service import Outcome, PlanService, Prepared, previous_of
 from gpuplan_operator.status import Phase
-from planner import Desired, PlanSpec, Shared, Snapshot, plan_together, snapshot
+from gpuplan_operator.writes import Step as WriteStep
+from planner import Desired, Gang, PlanSpec, Shared, Snapshot, plan_together, snapshot
 
 PARALLEL_READS = 8  # plans whose objects are read at once (the connection pool's size)
 PARALLEL_PLANS = 3  # plans written at once (each sends up to 8 writes at a time itself)
+CLAIM_FIRST = 50  # Deployments a gang plan writes at least before it claims its cards first
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,8 @@ def hand_over(
     for p in prepared:
         if (failed := service.hand_over(p)) is not None:
             outcomes[p.plan.uid] = failed
+    for p in claims_first(prepared):
+        p.claim_first = True
     with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-apply") as pool:
         for p, failed in zip(prepared, pool.map(in_context(service.write_rest), prepared), strict=True):
             if failed is not None:
@@ -168,6 +179,21 @@ def hand_over(
         else:
             outcomes[p.plan.uid] = service.complete(p)
     return outcomes
+
+
+def claims_first(prepared: Sequence[Prepared]) -> list[Prepared]:
+    """The plans that write ``status.applied`` before their Deployments: gang plans writing at
+    least :data:`CLAIM_FIRST` of them, and only when no plan of the cycle gives cards up (then
+    the plans' ``applied`` never add up to more than a node has, whichever status lands first)."""
+    if any(d < 0 for p in prepared for d in _delta(p).values()):
+        return []
+    return [
+        p
+        for p in prepared
+        if p.spec.deploy
+        and p.spec.gang is Gang.PLAN
+        and sum(1 for w in p.writes if w.step is WriteStep.DEPLOYMENTS) >= CLAIM_FIRST
+    ]
 
 
 def _delta(prepared: Prepared) -> dict[tuple[str, str], int]:

@@ -13,7 +13,9 @@ After the plans, the gang gates' release (:mod:`~gpuplan_operator.release`): fro
 snapshot's nodes and the pods cache (bound pods, Terminating ones, gated ones and released ones
 on their way), the gated pods of a plan are released as they appear once every planned node has
 the cards of all of the plan's pods there. A plan whose released pods were not scheduled in time
-is re-planned by the next cycle.
+is re-planned by the next cycle. A plan that claimed its cards before writing its Deployments
+(:func:`~.actions.claims_first`) has its gates lifted while they are written too
+(:meth:`Cycle.release_meanwhile`).
 
 Then the readiness of applied plans whose pods changed (or which were not Ready)
 is checked against the pods' cache. A failed plan (``Error``) is tried again after a backoff,
@@ -28,6 +30,7 @@ says when the next grace runs out, and the loop runs a cycle then.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,9 +52,17 @@ from gpuplan_operator.metrics import Trigger
 from gpuplan_operator.service import Outcome, PlanService
 from gpuplan_operator.status import Phase
 from gpuplan_operator.watch import down_since, is_down, planning_view, utcnow
-from planner import InvalidInput
+from planner import PLAN_LABEL, InvalidInput
 
 log = logging.getLogger("gpuplan_operator")
+
+
+def _plan_ref(pod: Mapping[str, Any]) -> str | None:
+    """``namespace/plan`` of a pod carrying a plan's label (a Deployment's), else None."""
+    meta = pod.get("metadata") or {}
+    plan = (meta.get("labels") or {}).get(PLAN_LABEL)
+    return f"{meta.get('namespace')}/{plan}" if plan else None
+
 
 _TRIGGERS = {
     "new": Trigger.RESUMED,
@@ -106,6 +117,8 @@ class Cycle:
         service.deployments_source = cache.namespace_deployments
         service.on_status = cache.assume_plan
         service.on_written = cache.assume_written
+        service.meanwhile = self.release_meanwhile
+        self._meanwhile = threading.Lock()
 
     def _cluster_inputs(self, read: ClusterRead, report: Report) -> tuple[Any, ...]:
         """The caches' counters of changes that matter, which nodes are down past the grace, and
@@ -297,7 +310,9 @@ class Cycle:
             pods = [p for p in pods if not is_gated(p) or mine(p["metadata"].get("namespace"))]
         try:
             slices, claims = (read.slices or {}).get("items") or [], (read.claims or {}).get("items") or []
-            decisions = self.service.release_gates(read.nodes["items"], pods, plans, slices, claims)
+            # the nodes as they are now: a plan applied in this cycle has just labelled its own
+            nodes = self.cache.nodes.items()
+            decisions = self.service.release_gates(nodes, pods, plans, slices, claims)
         except ApiException as e:  # the API server is away: the next cycle decides again
             log.warning("releasing gated pods failed (%s); again in a moment", api_error_message(e))
             report.soon(self.options.ready_poll)
@@ -312,6 +327,28 @@ class Cycle:
                 report.soon(0.0)
         if self.service.gates.due_in is not None:
             report.soon(self.service.gates.due_in)
+
+    def release_meanwhile(self, ref: str) -> None:
+        """While the plan ``ref`` (``namespace/name``), which claimed its cards in status, writes
+        its Deployments (from an apply thread; the cycle holds the lock): lift the gates of its
+        pods made so far, once all of it fits. Only its own gated pods are decided (another
+        plan's status may not say yet what this cycle gives it); every pod counts in the ledger.
+        One such round at a time; a failure waits for the cycle's own round."""
+        if not self._meanwhile.acquire(blocking=False):
+            return
+        try:
+            namespace, name = ref.split("/", 1)
+            plan = self.cache.plan(namespace, name)
+            if plan is None or plan.deleting:
+                return
+            pods = [p for p in self.cache.gang_pods() if not is_gated(p) or _plan_ref(p) == ref]
+            read = self.cache.read()
+            slices, claims = (read.slices or {}).get("items") or [], (read.claims or {}).get("items") or []
+            self.service.gates.decide_and_release(read.nodes["items"], pods, [plan], slices, claims)
+        except Exception as e:  # the cycle's round after the writes decides again
+            log.warning("%s: lifting gates during the writes failed (%s); after them instead", ref, e)
+        finally:
+            self._meanwhile.release()
 
     def _readiness(self, plans: Mapping[str, PlanBody], planned: set[str], report: Report) -> int:
         """Re-check ``Ready`` of applied plans whose pods changed, or that were not Ready (a plan

@@ -1,0 +1,158 @@
+"""A new gang plan of many Deployments claims its cards in status first, and its pods' gates are
+lifted while the rest of its Deployments are still being written (creation and scheduling
+overlap); never before the claim, never when another plan of the cycle gives cards up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from gpuplan_operator import apply
+from gpuplan_operator.cache.caches import ClusterCache
+from gpuplan_operator.cycle import actions
+from gpuplan_operator.metrics import Metrics
+from gpuplan_operator.writes import Step, Verb, Write
+
+from planner import Gang
+from tests.operator.builders import NODES, NOW, PLANS_NS, node, plan
+from tests.operator.fake_kube import FakeKube
+from tests.operator.test_cycle import POD_NS, cycle_on
+
+GATE = "gpuplan.ragnaros.io/gang"
+
+
+class ReplicaSetKube(FakeKube):
+    """A slow API server with a ReplicaSet controller in it: Deployments are written one at a time,
+    each taking ``delay`` seconds, and each makes its gated pods at once; the cache hears of the
+    pods, their lifted gates and the nodes' new labels as its watches would."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+        self.cache: ClusterCache | None = None
+        self._one_at_a_time = threading.Lock()
+
+    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if not (method == "PATCH" and "/deployments/" in path):
+            out = super().request(method, path, **kw)
+            if method == "PATCH" and self.cache is not None:
+                if "/nodes/" in path:
+                    self.cache.nodes.assume(out)
+                elif "/pods/" in path:
+                    self.cache.pods.assume(out)
+            return out
+        with self._one_at_a_time:
+            time.sleep(self.delay)
+            out = super().request(method, path, **kw)
+        assert self.cache is not None
+        template = out["spec"]["template"]
+        for i in range(int(out["spec"].get("replicas", 1))):
+            pod = {
+                "metadata": {
+                    "name": f"{out['metadata']['name']}-{i}",
+                    "namespace": out["metadata"]["namespace"],
+                    "labels": dict(template["metadata"].get("labels") or {}),
+                    "ownerReferences": [
+                        {"kind": "ReplicaSet", "name": out["metadata"]["name"], "controller": True}
+                    ],
+                    "creationTimestamp": NOW,
+                },
+                "spec": dict(template["spec"]),
+                "status": {"phase": "Pending"},
+            }
+            self.cache.pods.assume(self.put(POD_NS, pod))
+        return out
+
+
+def positions(kube: FakeKube, fragment: str) -> list[int]:
+    return [i for i, (_, path) in enumerate(kube.writes) if fragment in path]
+
+
+def test_a_new_plans_gates_are_lifted_while_its_deployments_are_still_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(actions, "CLAIM_FIRST", 2)
+    monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
+    kube = ReplicaSetKube(delay=0.05)
+    for i in range(6):
+        kube.put(NODES, node(f"p4-{i}"))
+    requests = {op: {"P4": 8} for op in ("face_feature_extract", "body_feature_extract", "face_1vn")}
+    kube.put(PLANS_NS, plan("g", deploy=True, requests=requests))
+    cycle, cache = cycle_on(kube)
+    kube.cache = cache
+
+    cycle.run()
+
+    deployments = positions(kube, "/deployments/")
+    lifts = positions(kube, "/pods/")
+    (claim, *rest) = positions(kube, "/gpuallocationplans/g/status")
+    assert len(deployments) >= 4
+    assert lifts, "no gate lifted"
+    assert claim < deployments[0]  # status.applied is written before the first Deployment
+    assert claim < lifts[0]
+    assert lifts[0] < deployments[-1]  # pods start while Deployments are still being written
+    assert rest and rest[0] > deployments[-1]  # the full status once every write landed
+    pods = kube.items(POD_NS)
+    assert pods and all(GATE not in str(p["spec"].get("schedulingGates")) for p in pods)
+
+
+def test_without_the_gang_gate_or_with_few_deployments_the_status_comes_after_the_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
+    for gang, claim_first in (("none", 2), ("plan", 1000)):
+        monkeypatch.setattr(actions, "CLAIM_FIRST", claim_first)
+        kube = ReplicaSetKube(delay=0.02)
+        for i in range(6):
+            kube.put(NODES, node(f"p4-{i}"))
+        requests = {op: {"P4": 8} for op in ("face_feature_extract", "body_feature_extract")}
+        kube.put(PLANS_NS, plan("g", deploy=True, gang=gang, requests=requests))
+        cycle, cache = cycle_on(kube)
+        kube.cache = cache
+        cycle.run()
+        statuses = positions(kube, "/gpuallocationplans/g/status")
+        assert statuses and statuses[0] > positions(kube, "/deployments/")[-1], gang
+
+
+def prepared(deployments: int, delta: dict[tuple[str, str], int], gang: Gang = Gang.PLAN) -> Any:
+    writes = [Write(Step.DEPLOYMENTS, Verb.APPLY, "Deployment", f"d{i}", "ns") for i in range(deployments)]
+    return SimpleNamespace(spec=SimpleNamespace(deploy=True, gang=gang), writes=writes, delta=delta)
+
+
+def test_nobody_claims_first_when_a_plan_of_the_cycle_gives_cards_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(actions, "_delta", lambda p: p.delta)
+    big = prepared(actions.CLAIM_FIRST, {("n", "nvidia.com/gpu"): 8})
+    small = prepared(actions.CLAIM_FIRST - 1, {("m", "nvidia.com/gpu"): 8})
+    loose = prepared(actions.CLAIM_FIRST, {("k", "nvidia.com/gpu"): 8}, Gang.NONE)
+    assert actions.claims_first([big, small, loose]) == [big]
+    shrinking = prepared(1, {("n", "nvidia.com/gpu"): -4, ("m", "nvidia.com/gpu"): 4})
+    assert actions.claims_first([big, shrinking]) == []
+
+
+def test_meanwhile_runs_during_a_long_wave_and_never_after_the_last() -> None:
+    calls: list[float] = []
+    kube = ReplicaSetKube(delay=0.03)
+    kube.cache = ClusterCache(kube, lambda kind, matters: None)
+    writes = [
+        Write(Step.DEPLOYMENTS, Verb.APPLY, "Deployment", f"d{i}", "ns", _deployment(f"d{i}"))
+        for i in range(8)
+    ]
+    started = time.monotonic()
+    apply.perform(kube, writes, Metrics(), meanwhile=lambda: calls.append(time.monotonic()), every=0.05)
+    ended = time.monotonic()
+    assert len(calls) >= 2  # eight writes one at a time: about 0.24 s of waiting
+    assert all(started < t < ended for t in calls)
+    time.sleep(0.1)
+    assert all(t < ended for t in calls)
+
+
+def _deployment(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"replicas": 0, "template": {"metadata": {}, "spec": {}}},
+    }
