@@ -38,8 +38,11 @@ JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
 
+POOL_SIZE = 32  # connections kept: up to three plans' writes (8 each) and a gate release (8) at once
+
+
 def load_api_client(
-    pool_size: int = 8, kubeconfig: str | None = None, context: str | None = None
+    pool_size: int = POOL_SIZE, kubeconfig: str | None = None, context: str | None = None
 ) -> client.ApiClient:
     """In-cluster credentials when running in a pod, else ``$KUBECONFIG``/``~/.kube/config``."""
     configuration = client.Configuration()
