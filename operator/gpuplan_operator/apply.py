@@ -35,7 +35,7 @@ from typing import TypeVar
 from gpuplan_operator import cluster
 from gpuplan_operator.kube import JSON, KubeApi
 from gpuplan_operator.metrics import Metrics
-from gpuplan_operator.writes import Verb, Write, wave
+from gpuplan_operator.writes import Step, Verb, Write, wave
 
 PARALLEL_WRITES = 8  # at most this many requests in flight (the connection pool's size)
 MEANWHILE_EVERY = 2.0  # seconds between the calls of ``meanwhile`` during a long wave
@@ -84,6 +84,7 @@ def perform(
     took: MutableMapping[str, float] | None = None,
     meanwhile: Callable[[], None] | None = None,
     every: float | None = None,
+    waves: Callable[[Step], int] = wave,
 ) -> list[Write]:
     """Send ``writes`` wave by wave; returns them once all landed, raises the first failure.
     ``landed`` hears of each write that landed (a delete of something already gone too), with
@@ -91,7 +92,8 @@ def perform(
     gets the wall seconds of each wave, named by its steps (``configmap 1+deployments 3``), for
     the log line. ``meanwhile``: called from this thread every ``every`` seconds while a wave's
     writes are in flight (never concurrently with itself, never after the last wave; ``every``
-    defaults to :data:`MEANWHILE_EVERY`)."""
+    defaults to :data:`MEANWHILE_EVERY`). ``waves``: the round of each step (:func:`~.writes.wave`,
+    or :func:`~.writes.gated_wave` for a plan whose pods wait for their gates)."""
     every = MEANWHILE_EVERY if every is None else every
     next_at = time.monotonic() + every
 
@@ -106,11 +108,11 @@ def perform(
             next_at = time.monotonic() + every
         return future.result()
 
-    ordered = sorted(writes, key=lambda w: (wave(w.step), w.step))
+    ordered = sorted(writes, key=lambda w: (waves(w.step), w.step))
     if not ordered:
         return []
     with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="gpuplan-write") as pool:
-        for _, group in groupby(ordered, key=lambda w: wave(w.step)):
+        for _, group in groupby(ordered, key=lambda w: waves(w.step)):
             batch = list(group)
             name = "+".join(
                 f"{s.name.lower()} {len(list(ws))}" for s, ws in groupby(batch, key=lambda w: w.step)

@@ -58,7 +58,16 @@ from gpuplan_operator.readiness import readiness
 from gpuplan_operator.release import GANG_TIMEOUT, GateKeeper
 from gpuplan_operator.status import Phase, Readiness, Reason
 from gpuplan_operator.watch import NODE_GRACE, planning_view, utcnow
-from gpuplan_operator.writes import Changes, OwnershipConflict, Step, Write, apply_writes, cleanup_writes
+from gpuplan_operator.writes import (
+    Changes,
+    OwnershipConflict,
+    Step,
+    Write,
+    apply_writes,
+    cleanup_writes,
+    gated_wave,
+    wave,
+)
 from planner import (
     POD,
     PRIORITY_BASE,
@@ -420,9 +429,11 @@ class PlanService:
         """The writes left after the hand-over (labels, classes, outputs, Deployments, clean-up);
         an Outcome when they failed. Plans may do this side by side: what had to go first is gone."""
         rest = [w for w in prepared.writes if w.step is not Step.DROP] if prepared.done else prepared.writes
-        meanwhile = None
-        if prepared.claim_first and self.claim(prepared) and self.meanwhile is not None:
-            meanwhile = functools.partial(self.meanwhile, prepared.plan.ref)
+        meanwhile, waves = None, wave
+        if prepared.claim_first and self.claim(prepared):
+            waves = gated_wave  # its pods wait for their gates: the labels go with the Deployments
+            if self.meanwhile is not None:
+                meanwhile = functools.partial(self.meanwhile, prepared.plan.ref)
         try:
             prepared.done.extend(
                 perform(
@@ -432,6 +443,7 @@ class PlanService:
                     landed=self.on_written,
                     took=prepared.took,
                     meanwhile=meanwhile,
+                    waves=waves,
                 )
             )
         except ApiException as e:

@@ -67,6 +67,15 @@ def wave(step: Step) -> int:
     return _WAVES[step]
 
 
+def gated_wave(step: Step) -> int:
+    """:func:`wave` for a plan whose pods all carry the gang gate: its nodes' labels go out with
+    its Deployments. A pod needs its node's label to be scheduled, not to be created, and a gated
+    pod is not scheduled before its gate is lifted, which waits for the label (the release finds
+    a pod's node by it). PriorityClasses and claim templates still go first: a pod naming one
+    that does not exist is refused at creation."""
+    return _WAVES[Step.DEPLOYMENTS] if step is Step.LABEL_NODES else _WAVES[step]
+
+
 class Verb(StrEnum):
     APPLY = "apply"  # server-side apply of a whole manifest the operator owns
     LABEL = "label"  # merge patch naming only the plan's own node label key (None removes it)

@@ -4,6 +4,8 @@ overlap); never before the claim, never when another plan of the cycle gives car
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 from types import SimpleNamespace
@@ -72,7 +74,7 @@ def positions(kube: FakeKube, fragment: str) -> list[int]:
 
 
 def test_a_new_plans_gates_are_lifted_while_its_deployments_are_still_written(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(actions, "CLAIM_FIRST", 2)
     monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
@@ -84,8 +86,11 @@ def test_a_new_plans_gates_are_lifted_while_its_deployments_are_still_written(
     cycle, cache = cycle_on(kube)
     kube.cache = cache
 
-    cycle.run()
+    with caplog.at_level(logging.INFO, logger="gpuplan_operator"):
+        cycle.run()
 
+    # its nodes' labels go out with its Deployments (the gates wait for them), not a round before
+    assert re.search(r"label_nodes \d+\+configmap 1\+deployments \d+", caplog.text), caplog.text
     deployments = positions(kube, "/deployments/")
     lifts = positions(kube, "/pods/")
     (claim, *rest) = positions(kube, "/gpuallocationplans/g/status")
@@ -100,7 +105,7 @@ def test_a_new_plans_gates_are_lifted_while_its_deployments_are_still_written(
 
 
 def test_without_the_gang_gate_or_with_few_deployments_the_status_comes_after_the_writes(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
     for gang, claim_first in (("none", 2), ("plan", 1000)):
@@ -112,7 +117,10 @@ def test_without_the_gang_gate_or_with_few_deployments_the_status_comes_after_th
         kube.put(PLANS_NS, plan("g", deploy=True, gang=gang, requests=requests))
         cycle, cache = cycle_on(kube)
         kube.cache = cache
-        cycle.run()
+        with caplog.at_level(logging.INFO, logger="gpuplan_operator"):
+            cycle.run()
+        assert re.search(r"label_nodes \d+\+priority_classes \d+ ", caplog.text), caplog.text
+        caplog.clear()
         statuses = positions(kube, "/gpuallocationplans/g/status")
         assert statuses and statuses[0] > positions(kube, "/deployments/")[-1], gang
 
