@@ -403,3 +403,23 @@ def test_a_reserved_start_is_found_with_or_without_brackets_as_by_the_roles(text
     data = text.encode()
     roles = data.replace(b"[]", b"..").replace(b"{}", b"..").translate(lists._ROLES)
     assert lists._reserved_start(data) == any(pair in roles for pair in lists._RESERVED_PAIRS)
+
+
+
+STEP = 1 << 16
+
+
+@pytest.mark.parametrize("size", [0, 1, STEP - 1, STEP, STEP + 1, 3 * STEP - 1, 3 * STEP + 7])
+@pytest.mark.parametrize("fill", [b" ", b"\xff", b";"])
+def test_the_colon_count_counts_what_bytes_count_does_across_its_steps(size: int, fill: bytes) -> None:
+    """nodes_json.colons compares 64 KB at a time: colons on either side of a step, at the very
+    first and last byte, scattered, and none at all are all counted."""
+    from gpuplan.nodes_json import colons
+
+    data = bytearray(fill * size)
+    assert colons(bytes(data)) == 0
+    for i in (0, size - 1, STEP - 1, STEP, 2 * STEP - 1, 2 * STEP, *range(5, size, 9973)):
+        if 0 <= i < size:
+            data[i] = 58
+    text = bytes(data)
+    assert colons(text) == text.count(b":")
