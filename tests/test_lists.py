@@ -405,7 +405,6 @@ def test_a_reserved_start_is_found_with_or_without_brackets_as_by_the_roles(text
     assert lists._reserved_start(data) == any(pair in roles for pair in lists._RESERVED_PAIRS)
 
 
-
 STEP = 1 << 16
 
 
