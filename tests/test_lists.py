@@ -422,3 +422,34 @@ def test_the_colon_count_counts_what_bytes_count_does_across_its_steps(size: int
             data[i] = 58
     text = bytes(data)
     assert colons(text) == text.count(b":")
+
+
+@pytest.mark.parametrize("shift", [-6, -5, -3, -1, 0, 1])
+def test_a_key_given_twice_beside_an_escaped_colon_is_refused_wherever_the_escape_falls(shift: int) -> None:
+    """The planner's fields are decoded and written back: an escaped colon (``\\u003a``) there
+    comes back as a colon, one more, which would hide the one a key given twice takes away. The
+    escape is looked for in the 64 KB steps that hold a backslash, also when it runs into the
+    next step."""
+    twice = ('"gpu": "P4"', '"gpu": "P4",\n"zone\\u003a": "a",\n"gpu": "T4"')
+
+    def padded_by(pad: int) -> bytes:
+        doc = {"kind": "List", "metadata": {"pad": "x" * pad}, "items": [NODE_JSON, NODE_JSON]}
+        return json.dumps(doc, indent=2).replace(*twice, 1).encode()
+
+    padded = padded_by(STEP + shift - padded_by(0).index(b"\\u003a"))
+    assert padded.index(b"\\u003a") == STEP + shift
+    with pytest.raises(InvalidInput, match='mapping key "gpu" already defined'):
+        read_list(padded, "f", "nodes", NODE_FIELDS)
+    fine = padded.replace(b'"gpu": "T4"', b'"zone": "T4"')
+    assert read_list(fine, "f", "nodes", NODE_FIELDS) == expected(fine, NODE_FIELDS)
+
+
+@pytest.mark.parametrize(
+    "name", ['{"x": 1, "x": 2}', '[{"x": 1, "x": 2}]', '{"x": {"y": 1, "y": 2}}', '"p4\\u003a"', "null", "7"]
+)
+def test_a_node_name_of_any_shape_reads_as_the_generic_reader_reads_it(name: str) -> None:
+    """Node names are decoded apart from the rest (side by side in memory): a key given twice
+    inside one is still refused as the generic reader refuses it, any other value kept as it is."""
+    data = node_list_json(('"name": "a"', f'"name": {name}'))
+    fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS))
