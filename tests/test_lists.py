@@ -403,3 +403,53 @@ def test_a_reserved_start_is_found_with_or_without_brackets_as_by_the_roles(text
     data = text.encode()
     roles = data.replace(b"[]", b"..").replace(b"{}", b"..").translate(lists._ROLES)
     assert lists._reserved_start(data) == any(pair in roles for pair in lists._RESERVED_PAIRS)
+
+
+STEP = 1 << 16
+
+
+@pytest.mark.parametrize("size", [0, 1, STEP - 1, STEP, STEP + 1, 3 * STEP - 1, 3 * STEP + 7])
+@pytest.mark.parametrize("fill", [b" ", b"\xff", b";"])
+def test_the_colon_count_counts_what_bytes_count_does_across_its_steps(size: int, fill: bytes) -> None:
+    """nodes_json.colons compares 64 KB at a time: colons on either side of a step, at the very
+    first and last byte, scattered, and none at all are all counted."""
+    from gpuplan.nodes_json import colons
+
+    data = bytearray(fill * size)
+    assert colons(bytes(data)) == 0
+    for i in (0, size - 1, STEP - 1, STEP, 2 * STEP - 1, 2 * STEP, *range(5, size, 9973)):
+        if 0 <= i < size:
+            data[i] = 58
+    text = bytes(data)
+    assert colons(text) == text.count(b":")
+
+
+@pytest.mark.parametrize("shift", [-6, -5, -3, -1, 0, 1])
+def test_a_key_given_twice_beside_an_escaped_colon_is_refused_wherever_the_escape_falls(shift: int) -> None:
+    """The planner's fields are decoded and written back: an escaped colon (``\\u003a``) there
+    comes back as a colon, one more, which would hide the one a key given twice takes away. The
+    escape is looked for in the 64 KB steps that hold a backslash, also when it runs into the
+    next step."""
+    twice = ('"gpu": "P4"', '"gpu": "P4",\n"zone\\u003a": "a",\n"gpu": "T4"')
+
+    def padded_by(pad: int) -> bytes:
+        doc = {"kind": "List", "metadata": {"pad": "x" * pad}, "items": [NODE_JSON, NODE_JSON]}
+        return json.dumps(doc, indent=2).replace(*twice, 1).encode()
+
+    padded = padded_by(STEP + shift - padded_by(0).index(b"\\u003a"))
+    assert padded.index(b"\\u003a") == STEP + shift
+    with pytest.raises(InvalidInput, match='mapping key "gpu" already defined'):
+        read_list(padded, "f", "nodes", NODE_FIELDS)
+    fine = padded.replace(b'"gpu": "T4"', b'"zone": "T4"')
+    assert read_list(fine, "f", "nodes", NODE_FIELDS) == expected(fine, NODE_FIELDS)
+
+
+@pytest.mark.parametrize(
+    "name", ['{"x": 1, "x": 2}', '[{"x": 1, "x": 2}]', '{"x": {"y": 1, "y": 2}}', '"p4\\u003a"', "null", "7"]
+)
+def test_a_node_name_of_any_shape_reads_as_the_generic_reader_reads_it(name: str) -> None:
+    """Node names are decoded apart from the rest (side by side in memory): a key given twice
+    inside one is still refused as the generic reader refuses it, any other value kept as it is."""
+    data = node_list_json(('"name": "a"', f'"name": {name}'))
+    fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS))

@@ -152,3 +152,49 @@ def test_a_chunked_read_gives_the_generic_readers_answer_or_error(name: str) -> 
     data = CASES[name].encode()
     got = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
     assert got == read_or_refuse(lambda: expected(data, NODE_FIELDS))
+
+
+# --- a Node's status cut down to its allocatable in rapidyaml's tree ---------------------------
+
+GPUS = 'allocatable:\n      nvidia.com/gpu: "8"\n      cpu: 1500m\n      pods: 110\n'
+OTHER = "conditions:\n    - type: Ready\n      status: 'True'\n    images:\n    - names:\n      - a\n"
+STATUSES = {
+    "allocatable first": f"  status:\n    {GPUS}    {OTHER}",
+    "allocatable last": f"  status:\n    {OTHER}    {GPUS}",
+    "allocatable between": f"  status:\n    capacity:\n      cpu: 2\n    {GPUS}    {OTHER}",
+    "no allocatable": f"  status:\n    {OTHER}",
+    "allocatable null": f"  status:\n    {OTHER}    allocatable:\n",
+    "allocatable a list": f"  status:\n    allocatable:\n    - 1\n    {OTHER}",
+    "allocatable given twice": f"  status:\n    {GPUS}    {OTHER}    {GPUS}",
+    "allocatable given twice, one empty": f"  status:\n    {GPUS}    allocatable: {{}}\n",
+    "allocatable quoted": f"  status:\n    {OTHER}    'allocatable':\n      cpu: '4'\n",
+    "allocatable escaped": f'  status:\n    {OTHER}    "\\x61llocatable":\n      cpu: "4"\n',
+    "allocatable escaped, twice": f'  status:\n    {GPUS}    "\\x61llocatable":\n      cpu: "4"\n',
+    "a status not a mapping": "  status:\n  - a\n  - b\n",
+    "a status empty": "  status: {}\n",
+    "a status null": "  status:\n",
+    "a status given twice": f"  status:\n    {GPUS}  status:\n    {OTHER}",
+    "an image given twice": f"  status:\n    {GPUS}    {OTHER}    images: []\n",
+}
+
+
+@pytest.mark.parametrize("case", list(STATUSES))
+@pytest.mark.parametrize("node_at", [0, 3, 8])
+def test_a_status_cut_to_its_allocatable_reads_as_the_generic_reader(case: str, node_at: int) -> None:
+    """Whatever the status holds and wherever its allocatable is, the answer (or the error naming
+    the key and its lines) is the generic reader's; but for a key given twice among the fields
+    the planner never reads, which is not looked for."""
+    status = STATUSES[case]
+    text = NODES.replace(
+        f"name: n{node_at}\n    labels:\n      zone: z1\n",
+        f"name: n{node_at}\n    labels:\n      zone: z1\n{status}",
+    )
+    data = text.encode()
+    assert status in text
+    fast = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    if case == "an image given twice":
+        # refused when the item is read again by PyYAML (here for its float), else read without it
+        dropped = expected(text.replace("    images: []\n", "").encode(), NODE_FIELDS)
+        assert fast in (dropped, read_or_refuse(lambda: expected(data, NODE_FIELDS)))
+    else:
+        assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS)), text
