@@ -164,3 +164,38 @@ def _deployment(name: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": "ns"},
         "spec": {"replicas": 0, "template": {"metadata": {}, "spec": {}}},
     }
+
+
+def test_a_round_during_the_writes_decides_for_every_plan_that_claimed_its_cards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(actions, "CLAIM_FIRST", 1000)  # first applied as usual
+    kube = ReplicaSetKube(delay=0.0)
+    for i in range(12):
+        kube.put(NODES, node(f"p4-{i}"))
+    requests = {op: {"P4": 8} for op in ("face_feature_extract", "body_feature_extract")}
+    for name in ("g", "h"):
+        kube.put(PLANS_NS, plan(name, deploy=True, requests=requests))
+    cycle, cache = cycle_on(kube)
+    kube.cache = cache
+    cycle.run()
+    cycle.run()  # the labels the first cycle wrote are in the cache now: every gate lifted
+    assert not [p for p in kube.items(POD_NS) if p["spec"].get("schedulingGates")]
+    # each plan's pods made again by new ReplicaSets, gated, as a re-plan's would be
+    for old in kube.items(POD_NS):
+        del kube.objects[(POD_NS, old["metadata"]["name"])]
+        cache.pods.forget(f"ns/{old['metadata']['name']}")
+        pod = dict(old, spec={**old["spec"], "schedulingGates": [{"name": GATE}]})
+        pod["metadata"] = {
+            **old["metadata"],
+            "name": "new-" + old["metadata"]["name"],
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "new", "controller": True}],
+        }
+        cache.pods.assume(kube.put(POD_NS, pod))
+    writes = len(kube.writes)
+
+    cycle._claimed = {"ns/g"}  # g claimed first; h's writer runs the round
+    cycle.release_meanwhile("ns/h")
+
+    lifted = [path.rsplit("/", 1)[-1] for _, path in kube.writes[writes:] if "/pods/" in path]
+    assert any(n.startswith("new-g-") for n in lifted) and any(n.startswith("new-h-") for n in lifted)

@@ -119,6 +119,7 @@ class Cycle:
         service.on_written = cache.assume_written
         service.meanwhile = self.release_meanwhile
         self._meanwhile = threading.Lock()
+        self._claimed: set[str] = set()  # plans of this cycle that claimed their cards first
 
     def _cluster_inputs(self, read: ClusterRead, report: Report) -> tuple[Any, ...]:
         """The caches' counters of changes that matter, which nodes are down past the grace, and
@@ -144,6 +145,7 @@ class Cycle:
         """One cycle (blocking: run it in a worker thread)."""
         report = Report()
         started = time.perf_counter()
+        self._claimed = set()
         with self.service.lock:
             locked = time.perf_counter()
             read = self.cache.read()
@@ -330,23 +332,25 @@ class Cycle:
 
     def release_meanwhile(self, ref: str) -> None:
         """While the plan ``ref`` (``namespace/name``), which claimed its cards in status, writes
-        its Deployments (from an apply thread; the cycle holds the lock): lift the gates of its
-        pods made so far, once all of it fits. Only its own gated pods are decided (another
-        plan's status may not say yet what this cycle gives it); every pod counts in the ledger.
-        One such round at a time; a failure waits for the cycle's own round."""
+        its Deployments (from an apply thread; the cycle holds the lock): lift the gates of the
+        pods made so far of every plan of this cycle that claimed its cards, each once all of it
+        fits. Only those plans' gated pods are decided (another plan's status may not say yet
+        what this cycle gives it); every pod counts in the ledger. One such round at a time
+        (plans written side by side take turns: a round decides for all of them); a failure
+        waits for the cycle's own round."""
+        self._claimed.add(ref)
         if not self._meanwhile.acquire(blocking=False):
             return
         try:
-            namespace, name = ref.split("/", 1)
-            plan = self.cache.plan(namespace, name)
-            if plan is None or plan.deleting:
-                return
-            pods = [p for p in self.cache.gang_pods() if not is_gated(p) or _plan_ref(p) == ref]
-            read = self.cache.read()
-            slices, claims = (read.slices or {}).get("items") or [], (read.claims or {}).get("items") or []
-            self.service.gates.decide_and_release(read.nodes["items"], pods, [plan], slices, claims)
+            claimed = set(self._claimed)
+            plans = [p for r in sorted(claimed) if (p := self.cache.plan(*r.split("/", 1))) is not None]
+            plans = [p for p in plans if not p.deleting]
+            live = {p.ref for p in plans}
+            pods = [p for p in self.cache.gang_pods() if not is_gated(p) or _plan_ref(p) in live]
+            slices, claims = self.cache.slices.items(), self.cache.claims.items()
+            self.service.gates.decide_and_release(self.cache.nodes.items(), pods, plans, slices, claims)
         except Exception as e:  # the cycle's round after the writes decides again
-            log.warning("%s: lifting gates during the writes failed (%s); after them instead", ref, e)
+            log.warning("lifting gates during the writes failed (%s); after them instead", e)
         finally:
             self._meanwhile.release()
 
