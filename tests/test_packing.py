@@ -340,3 +340,40 @@ def test_a_refuted_plan_leaves_the_conflict_search_a_small_budget_however_long_t
     assert took < planning.CONFLICT_SECONDS + 1.0, f"a refuted plan took {took:.2f} s"
     c = result.conflicts[0]
     assert c.kind is ConflictKind.OVERBOOKED and not c.minimal and "not shown minimal" in c.detail
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(10_001, 60_000).flatmap(
+        lambda c: st.tuples(
+            st.just(c),
+            st.lists(
+                st.tuples(st.integers(c // 5 + 1, c), st.integers(1, 4), st.integers(0, 60)),
+                min_size=1,
+                max_size=7,
+            ),
+        )
+    )
+)
+# the best pair of halves shares the 12,000 (worth 50) twice: the search must branch on it
+@example((40_000, [(12_000, 1, 50), (13_000, 1, 10), (14_000, 1, 10), (27_000, 1, 30)]))
+def test_the_knapsack_of_at_most_four_instances_by_halves_is_exact(
+    case: tuple[int, list[tuple[int, int, int]]],
+) -> None:
+    # large nodes that hold at most four instances are priced by two halves of at most two; the
+    # value must be the best pattern's (the certificate and the LP's convergence rest on it)
+    import itertools
+
+    capacity, parts = case
+    sizes, copies, values = (list(x) for x in zip(*parts, strict=True))
+    best = 0
+    for a in itertools.product(*(range(u + 1) for u in copies)):
+        if sum(n * g for n, g in zip(a, sizes, strict=True)) <= capacity:
+            best = max(best, sum(n * v for n, v in zip(a, values, strict=True)))
+    found = bounds._halves(sizes, copies, capacity).best(values)
+    assert found is not None and found[0] == best
+    value, counts, exact = bounds.knapsack(values, sizes, copies, capacity)
+    assert exact and value == best
+    assert all(0 <= n <= u for n, u in zip(counts, copies, strict=True))
+    assert sum(n * g for n, g in zip(counts, sizes, strict=True)) <= capacity
+    assert sum(n * v for n, v in zip(counts, values, strict=True)) == value
