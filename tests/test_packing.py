@@ -377,3 +377,26 @@ def test_the_knapsack_of_at_most_four_instances_by_halves_is_exact(
     assert all(0 <= n <= u for n, u in zip(counts, copies, strict=True))
     assert sum(n * g for n, g in zip(counts, sizes, strict=True)) <= capacity
     assert sum(n * v for n, v in zip(counts, values, strict=True)) == value
+
+
+@pytest.mark.parametrize("proven", [False, True], ids=["exact model undecided", "exact model refutes"])
+def test_a_dive_backs_up_only_from_a_residual_shown_not_to_pack(
+    monkeypatch: pytest.MonkeyPatch, proven: bool
+) -> None:
+    # a small residual goes to the exact model for a moment; when that moment is too short (a
+    # loaded machine), the dive must go on from the residual's LP, not treat it as a dead end
+    prob = _special([10, 10, 10], [6, 5, 4, 4, 3, 3, 3, 2])
+    bins = bounds.bins_of(prob, bounds.one_split(prob))
+    lp = bounds.lp_bound(bins, 5.0)
+    node = patterns._Node(
+        [], list(bins.demand), [n for _, n in bins.classes], list(lp.columns), list(lp.primal), set()
+    )
+
+    def exact(b: bounds.Bins, n: patterns._Node, seconds: float) -> None:
+        n.proven_empty = proven
+        return None
+
+    monkeypatch.setattr(patterns, "_rounding", lambda b, lp: None)
+    monkeypatch.setattr(patterns, "_exact", exact)
+    assert patterns._resolve(bins, node, time.monotonic() + 5.0) is None
+    assert (node.primal == []) is proven
