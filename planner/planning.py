@@ -10,8 +10,10 @@ at once where they can, and a pattern model packs it where the greedy does not
 (:mod:`planner.search.patterns`); what they leave open goes to the exact search.
 
 When a type has no plan, a deletion filter shrinks its requests to a conflict: requests that
-cannot fit together. It is called minimal only when dropping any one of them was shown to let the
-rest fit; otherwise it says so.
+cannot fit together. It has a small fixed budget (:data:`CONFLICT_SECONDS`, within what is left of
+the time limit), so a refutation's command ends soon after the proof however long the proof took.
+It is called minimal only when dropping any one of them was shown to let the rest fit; otherwise
+(a filter cut short by its budget among them) it says so.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from planner.search import bounds, patterns
 from planner.search.outcome import Outcome, Progress
 from planner.search.place import Previous, PreviousDevices, greedy_place, improvable, moved
 
-CONFLICT_SECONDS = 10.0  # at most this long to shrink one type's conflict
+# at most this long to shrink one type's conflict: it explains a refutation, it does not decide, so
+# it must not double the command's time (half the type's share once took a 4.5 s proof to 9.5 s)
+CONFLICT_SECONDS = 1.5
 PACKING_SHARE = 0.6  # of a pure packing's time, what the pattern model may use first
 PER_NODE_CELLS = 1_000  # a per-node model of more (requests × nodes) cells is no help to a packing
 
@@ -402,8 +406,8 @@ def plan(
             _progress(out),
         )
         if out.status is SolveStatus.INFEASIBLE:
-            # the conflict search explains, it does not decide: half of the type's share of the
-            # time limit at most, within what is left of it (a moment to try, at least)
+            # the conflict search explains, it does not decide: a small fixed budget, within
+            # half of the type's share and what is left of the limit (a moment to try, at least)
             left = max(0.2, deadline - time.monotonic())
             failed[i] = conflict(problem, seconds=min(CONFLICT_SECONDS, share / 2, left), proof=out)
             continue

@@ -3,13 +3,18 @@ called minimal is minimal (each checked against the exhaustive reference on smal
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from planner import planning
 from planner.base.codes import ConflictKind, Method, SolveStatus
 from planner.model.options import TypeProblem
-from planner.planning import conflict, solve_type
+from planner.model.spec import PlanSpec, Snapshot
+from planner.planning import conflict, plan, solve_type
+from planner.read.parse import parse_plan, snapshot
 from planner.search import arcflow, bounds, patterns
 from planner.search.place import NodeCounts
 from tests.bruteforce import pack_exact
@@ -253,3 +258,145 @@ def test_the_knapsack_with_a_floor_is_the_best_pattern_of_at_least_that_weight(
         weight = sum(n * g for n, g in zip(counts, sizes, strict=True))
         assert floor <= weight <= capacity
         assert sum(n * v for n, v in zip(counts, values, strict=True)) == value
+
+
+def _bin_plan(free: int, nodes: int, sizes: list[int]) -> tuple[PlanSpec, Snapshot]:
+    """The bench's form of a packing: one node per bin, one special request of one instance per size."""
+    label = {"gpuplan.ragnaros.io/gpu-type": "BIN"}
+    node_doc = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": f"bin-{b}", "labels": label},
+                "status": {"allocatable": {"nvidia.com/gpu": str(free)}},
+            }
+            for b in range(nodes)
+        ],
+    }
+    doc = {
+        "apiVersion": "gpuplan.ragnaros.io/v1alpha1",
+        "kind": "GpuAllocationPlan",
+        "metadata": {"name": "bins", "namespace": "default"},
+        "spec": {
+            "resources": [{"name": "BIN", "nodeSelector": label}],
+            "operators": [
+                {"name": f"op{i}", "keyStrategy": "machine", "services": {"key": f"op-{i}"}}
+                for i in range(len(sizes))
+            ],
+            "requests": {
+                f"op{i}": {"resourceNum": {"BIN": g}, "machineNum": {"BIN": 1}} for i, g in enumerate(sizes)
+            },
+        },
+    }
+    return parse_plan(doc), snapshot(node_doc)
+
+
+# 9, 8, 7, 6, 5, 4 on three 10s: the five largest overflow the 30 cards; without the 5 the rest
+# still cannot fit (no two of 9, 8, 7, 6 share a node), and dropping any of those four lets the rest
+# fit: the whole filter takes five feasibility checks, each of a different shape
+FILTER_FREE, FILTER_NODES, FILTER_SIZES = 10, 3, [9, 8, 7, 6, 5, 4]
+
+
+def test_the_conflict_filter_keeps_to_its_budget_and_an_unfinished_one_is_not_minimal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prob = _special([FILTER_FREE] * FILTER_NODES, FILTER_SIZES)
+    unbounded = conflict(prob, seconds=30.0)
+    assert unbounded.minimal and unbounded.operators == ("op0", "op1", "op2", "op3")
+    real = planning._feasible
+
+    def slow(problem: TypeProblem, subset: list[int], seconds: float) -> bool | None:
+        time.sleep(min(seconds, 0.3))  # a check that needs 0.3 s (or all it is given)
+        return real(problem, subset, seconds)
+
+    monkeypatch.setattr(planning, "_feasible", slow)
+    start = time.monotonic()
+    found = conflict(prob, seconds=0.5)
+    took = time.monotonic() - start
+    assert took < 1.0, f"the filter ran {took:.2f} s on a 0.5 s budget (all five checks take 1.5 s)"
+    assert not found.minimal and "not shown minimal" in found.detail
+    assert not _fits([FILTER_FREE] * FILTER_NODES, [FILTER_SIZES[int(op[2:])] for op in found.operators])
+
+
+def test_a_refuted_plan_leaves_the_conflict_search_a_small_budget_however_long_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # every check of the filter uses all the time it is given and decides nothing: the plan's
+    # command then lasts as long as the conflict budget, not a share of a 60 s limit
+    def undecided(problem: TypeProblem, subset: list[int], seconds: float) -> bool | None:
+        time.sleep(seconds)
+        return None
+
+    monkeypatch.setattr(planning, "_feasible", undecided)
+    spec, snap = _bin_plan(FILTER_FREE, FILTER_NODES, FILTER_SIZES)
+    start = time.monotonic()
+    result = plan(spec, snap, seconds=60.0)
+    took = time.monotonic() - start
+    assert not result.feasible and len(result.conflicts) == 1
+    assert planning.CONFLICT_SECONDS <= 2.0
+    assert took < planning.CONFLICT_SECONDS + 1.0, f"a refuted plan took {took:.2f} s"
+    c = result.conflicts[0]
+    assert c.kind is ConflictKind.OVERBOOKED and not c.minimal and "not shown minimal" in c.detail
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(10_001, 60_000).flatmap(
+        lambda c: st.tuples(
+            st.just(c),
+            st.lists(
+                st.tuples(st.integers(c // 5 + 1, c), st.integers(1, 4), st.integers(0, 60)),
+                min_size=1,
+                max_size=7,
+            ),
+        )
+    )
+)
+# the best pair of halves shares the 12,000 (worth 50) twice: the search must branch on it
+@example((40_000, [(12_000, 1, 50), (13_000, 1, 10), (14_000, 1, 10), (27_000, 1, 30)]))
+def test_the_knapsack_of_at_most_four_instances_by_halves_is_exact(
+    case: tuple[int, list[tuple[int, int, int]]],
+) -> None:
+    # large nodes that hold at most four instances are priced by two halves of at most two; the
+    # value must be the best pattern's (the certificate and the LP's convergence rest on it)
+    import itertools
+
+    capacity, parts = case
+    sizes, copies, values = (list(x) for x in zip(*parts, strict=True))
+    best = 0
+    for a in itertools.product(*(range(u + 1) for u in copies)):
+        if sum(n * g for n, g in zip(a, sizes, strict=True)) <= capacity:
+            best = max(best, sum(n * v for n, v in zip(a, values, strict=True)))
+    found = bounds._halves(sizes, copies, capacity).best(values)
+    assert found is not None and found[0] == best
+    value, counts, exact = bounds.knapsack(values, sizes, copies, capacity)
+    assert exact and value == best
+    assert all(0 <= n <= u for n, u in zip(counts, copies, strict=True))
+    assert sum(n * g for n, g in zip(counts, sizes, strict=True)) <= capacity
+    assert sum(n * v for n, v in zip(counts, values, strict=True)) == value
+
+
+@pytest.mark.parametrize("proven", [False, True], ids=["exact model undecided", "exact model refutes"])
+def test_a_dive_backs_up_only_from_a_residual_shown_not_to_pack(
+    monkeypatch: pytest.MonkeyPatch, proven: bool
+) -> None:
+    # a small residual goes to the exact model for a moment; when that moment is too short (a
+    # loaded machine), the dive must go on from the residual's LP, not treat it as a dead end
+    prob = _special([10, 10, 10], [6, 5, 4, 4, 3, 3, 3, 2])
+    bins = bounds.bins_of(prob, bounds.one_split(prob))
+    lp = bounds.lp_bound(bins, 5.0)
+    node = patterns._Node(
+        [], list(bins.demand), [n for _, n in bins.classes], list(lp.columns), list(lp.primal), set()
+    )
+
+    def exact(b: bounds.Bins, n: patterns._Node, seconds: float) -> None:
+        n.proven_empty = proven
+        return None
+
+    monkeypatch.setattr(patterns, "_rounding", lambda b, lp: None)
+    monkeypatch.setattr(patterns, "_exact", exact)
+    assert patterns._resolve(bins, node, time.monotonic() + 5.0) is None
+    assert (node.primal == []) is proven

@@ -137,6 +137,7 @@ class _Node:
     tabu: set[Column]
     solved: bool = True  # the LP of what is left has been solved (an empty primal: a dead end)
     whole_tried: bool = False  # fixing every whole pattern at once was tried from here
+    proven_empty: bool = False  # the exact model showed what is left cannot be packed
 
 
 def _fix(bins: Bins, node: _Node, picks: Sequence[tuple[Column, int]]) -> _Node:
@@ -156,8 +157,10 @@ def _fix(bins: Bins, node: _Node, picks: Sequence[tuple[Column, int]]) -> _Node:
 def _exact(bins: Bins, node: _Node, seconds: float) -> list[Column] | None:
     """A small residual packed exactly: each instance on one of the nodes left (CP-SAT).
 
-    None when CP-SAT shows it cannot be done, or does not finish in ``seconds`` (either way a
-    dead end for the dive, which claims nothing from it).
+    None when CP-SAT shows it cannot be done (``node.proven_empty``: a dead end for the dive) or
+    does not finish in ``seconds`` (the dive then goes on from the residual's LP: on a loaded
+    machine the moment CP-SAT gets says little about the residual). The dive claims nothing from
+    either.
     """
     from planner.search.cpsat import cp_model
 
@@ -184,7 +187,9 @@ def _exact(bins: Bins, node: _Node, seconds: float) -> list[Column] | None:
     solver.parameters.max_time_in_seconds = max(0.05, seconds)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
-    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        node.proven_empty = status == cp_model.INFEASIBLE
         return None
     out: list[Column] = []
     for b, (c, _) in enumerate(slots):
@@ -222,9 +227,11 @@ def _resolve(bins: Bins, node: _Node, deadline: float) -> list[Column] | None:
     rounded = _rounding(rest, sub)
     if rounded is None and sum(node.demand) <= EXACT_INSTANCES:
         done = _exact(bins, node, min(EXACT_SECONDS, deadline - time.monotonic()))
-        if done is None:
-            node.primal = []  # the dive backs up: this residual did not pack
-        return done
+        if done is not None or node.proven_empty:
+            if done is None:
+                node.primal = []  # the dive backs up: this residual cannot be packed
+            return done
+        # not decided in time: the dive goes on from the residual's LP, as for a larger one
     node.columns = [(live[c], a) for c, a in sub.columns]
     node.primal = sub.primal
     return None if rounded is None else node.fixed + [(live[c], a) for c, a in rounded]
