@@ -27,8 +27,11 @@ leaves a gated pod alone. This module decides, from plain cluster data, whose ga
   never released onto the same cards. A plan that has started goes first (the cards its pods still
   to come count on are its own), then the others by their oldest gated pod. A group that cannot
   start holds nothing back (no partial reservation that could deadlock two plans).
-- **Safety net.** A released pod still not bound ``timeout`` seconds after its release means
-  something took its cards in between: the plan is ``TimedOut`` and should be re-planned around it.
+- **Safety net.** A released pod still not bound ``timeout`` seconds after its release, on a
+  node now asked for more cards than it has, means something took its cards in between: the plan
+  is ``TimedOut`` and should be re-planned around it. While its node still has its cards the pod
+  is only waiting for kube-scheduler (thousands of pods released at once take minutes to bind on
+  a small control plane), and re-planning would only start the wait again.
   A group still waiting ``timeout`` seconds after its pods were created (something the plan did
   not count holds the cards: a pod bound by hand, a claim) is ``stuck``: it stays ``Waiting`` and
   is re-planned too, so the plan routes around what holds the cards rather than wait for it.
@@ -203,6 +206,9 @@ class Ledger:
             node = pod.target
             if node is not None and node in self.free and _holds(pod):
                 self._take(node, pod.requests)
+        # nodes asked for more than they have by the pods bound and released there: something
+        # took the cards a released pod counted on (what a release takes never goes below zero)
+        self.over = frozenset(n for n, free in self.free.items() if any(v < 0 for v in free.values()))
 
     def _take(self, node: str, requests: Mapping[str, int]) -> None:
         slot = self.free[node]
@@ -325,10 +331,17 @@ def decide(
     plan = (pods[0].group or "") if pods else ""
     current = [p for p in pods if not p.terminating]
     gated = sorted((p for p in current if p.gated), key=lambda p: (p.created or 0.0, p.name))
+    # released, not bound within the timeout, and its cards taken meanwhile (its node is asked
+    # for more than it has); a pod whose node still has its cards is only waiting for a busy
+    # scheduler (thousands of pods released at once): re-planning would not help it
     overdue = tuple(
         p
         for p in current
-        if not p.gated and not p.bound and p.released is not None and now - p.released > timeout
+        if not p.gated
+        and not p.bound
+        and p.released is not None
+        and now - p.released > timeout
+        and (p.claims or p.planned is None or p.planned in ledger.over)
     )
     begun = {p.unit for p in pods if not p.gated}
     releases: list[Release] = []

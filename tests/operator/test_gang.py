@@ -174,6 +174,14 @@ CASES = [
     ),
     pytest.param(
         [node("a")],
+        [pod("x", 4, planned="a", rs="rs1", released_ago=TIMEOUT + 5), pod("other", 4, plan=None, bound="a")],
+        GangCode.IDLE,
+        set(),
+        "",
+        id="released pods not bound within the timeout whose node still has their cards: only waiting",
+    ),
+    pytest.param(
+        [node("a")],
         [pod("x", 4, planned="a", rs="rs1", released_ago=TIMEOUT - 5), gated("y", 6, "a", rs="rs2")],
         GangCode.WAITING,
         set(),
