@@ -225,7 +225,7 @@ def test_a_min_no_split_takes_is_met_by_a_larger_count_beside_another_plan() -> 
     snap = snapshot(node_list([("n0", "P4", 2), ("n1", "P4", 2)]))
     first = named("p0", {"face_1vn": {"P4": {"min": 0, "max": 1}}})
     second = named("p1", {"face_feature_extract": {"P4": {"min": 3, "max": 4}}})
-    for one_by_one in (False,):
+    for one_by_one in (False, True):
         with patch.object(growth, "MODEL_SPLITS", 0 if one_by_one else growth.MODEL_SPLITS):
             a, b = plan_together([first, second], snap)
             assert a.admitted and b.admitted, (one_by_one, b.reason)
