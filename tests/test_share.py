@@ -237,3 +237,16 @@ def test_a_min_no_split_takes_is_met_by_a_larger_count_beside_another_plan() -> 
             )
             assert [s.admitted for s in again] == [True, True]
             assert [s.result.allocations for s in again] == [a.result.allocations, b.result.allocations]
+
+
+def test_a_min_that_splits_but_does_not_place_is_met_by_a_larger_count_that_does() -> None:
+    """On nodes of 2, 2 and 0 cards, 3 cards one instance per node split (3 x 1) but need three
+    nodes with a free card; 4 (2 x 2) place: admission's exact check tries every count, not only
+    the fewest."""
+    snap = snapshot(node_list([("n0", "P4", 2), ("n1", "P4", 2), ("n2", "P4", 0)]))
+    first = named("p0", {"face_1vn": {"P4": {"min": 0, "max": 4}}})
+    second = named("p1", {"face_feature_extract": {"P4": {"min": 3, "max": 4}}})
+    a, b = plan_together([first, second], snap)
+    assert a.admitted and b.admitted, b.reason
+    assert [(g.cards, g.why) for g in b.grants] == [(4, None)]
+    assert [(x.instances, x.units) for x in b.result.allocations] == [(2, 2)]
