@@ -211,3 +211,42 @@ def test_a_newcomer_needing_whole_nodes_takes_the_ones_held_least_and_moves_only
         1 for a in o.result.allocations for node, _ in a.nodes if held[(a.operator, "P4")].nodes.get(node)
     )
     assert stayed == 2
+
+
+def test_a_min_no_split_takes_is_met_by_a_larger_count_beside_another_plan() -> None:
+    """face_feature_extract (one instance per node) cannot take 3 cards on two nodes of 2, but
+    4 (2 x 2) is "at least its min": the plan is admitted beside one whose min is 0, which
+    then has no card left to grow on (the case Hypothesis found: the plan was refused)."""
+    from unittest.mock import patch
+
+    from planner.model.result import previous_placements
+    from planner.share import growth
+
+    snap = snapshot(node_list([("n0", "P4", 2), ("n1", "P4", 2)]))
+    first = named("p0", {"face_1vn": {"P4": {"min": 0, "max": 1}}})
+    second = named("p1", {"face_feature_extract": {"P4": {"min": 3, "max": 4}}})
+    for one_by_one in (False, True):
+        with patch.object(growth, "MODEL_SPLITS", 0 if one_by_one else growth.MODEL_SPLITS):
+            a, b = plan_together([first, second], snap)
+            assert a.admitted and b.admitted, (one_by_one, b.reason)
+            assert [(g.cards, g.why) for g in a.grants] == [(0, BelowMax.HELD)]
+            assert [(g.cards, g.why) for g in b.grants] == [(4, None)]
+            # planned again with what it gave, nothing changes
+            again = plan_together(
+                [first, second], snap, [previous_placements(s.result.allocations) for s in (a, b)]
+            )
+            assert [s.admitted for s in again] == [True, True]
+            assert [s.result.allocations for s in again] == [a.result.allocations, b.result.allocations]
+
+
+def test_a_min_that_splits_but_does_not_place_is_met_by_a_larger_count_that_does() -> None:
+    """On nodes of 2, 2 and 0 cards, 3 cards one instance per node split (3 x 1) but need three
+    nodes with a free card; 4 (2 x 2) place: admission's exact check tries every count, not only
+    the fewest."""
+    snap = snapshot(node_list([("n0", "P4", 2), ("n1", "P4", 2), ("n2", "P4", 0)]))
+    first = named("p0", {"face_1vn": {"P4": {"min": 0, "max": 4}}})
+    second = named("p1", {"face_feature_extract": {"P4": {"min": 3, "max": 4}}})
+    a, b = plan_together([first, second], snap)
+    assert a.admitted and b.admitted, b.reason
+    assert [(g.cards, g.why) for g in b.grants] == [(4, None)]
+    assert [(x.instances, x.units) for x in b.result.allocations] == [(2, 2)]

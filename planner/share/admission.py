@@ -9,11 +9,14 @@ a plan's fate depends only on the plans before it, so a later plan never unseats
 and planning again with nothing changed admits the same plans (the admitted ones now hold their
 cards and come no later).
 
-A plan's mins fit when, in every pool it has requests in, its requests at their mins and those of
-the plans admitted before it can all be split and placed: the counting bound and the greedy
-placement decide most cases, the exact search (:func:`planner.search.solver.solve`, feasibility
-only) the rest. A plan that does not fit is ``Preempted`` when its mins alone fit the free cards
-(the plans before it in those pools are named), else there is ``NoRoom``.
+A plan's mins fit when, in every pool it has requests in, its requests and those of the plans
+admitted before it can all be split and placed, each with at least its min cards (any count from
+its min to its max: a min the strategy has no split for, such as 3 cards one instance per node on
+two nodes, is met by a larger count that has one, 2 x 2): the counting bound and the greedy
+placement at each request's fewest cards decide most cases, the exact search
+(:func:`planner.search.solver.solve`, feasibility only, over every count) the rest. A plan that
+does not fit is ``Preempted`` when its mins alone fit the free cards (the plans before it in those
+pools are named), else there is ``NoRoom``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from planner.base.codes import SolveStatus
 from planner.model.options import TypeProblem
 from planner.search.place import FreeUnits, NodeCounts, greedy_place, place_one, release
 from planner.share.outcome import Admission
-from planner.share.pools import Entry, Pool, Pools
+from planner.share.pools import Entry, Pool, Pools, fewest
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ def fits(problem: TypeProblem, seconds: float, workers: int = 1) -> bool | None:
         return False
     if sum(it.request.least for it in problem.items) > sum(f for _, f in problem.nodes):
         return False
-    if greedy_place(problem, [0] * len(problem.items)) is not None:
+    if greedy_place(problem, [fewest(it) for it in problem.items]) is not None:
         return True
     from planner.search.solver import solve
 
@@ -53,13 +56,16 @@ def fits(problem: TypeProblem, seconds: float, workers: int = 1) -> bool | None:
 
 
 def at_min(pool: Pool, entries: Sequence[Entry]) -> TypeProblem:
-    """The pool's problem with each entry at its min (entries whose min is 0 ask for nothing)."""
-    return pool.problem([(e, [e.request.least]) for e in entries if e.request.least > 0])
+    """The pool's problem with each entry at least at its min: any count up to its max (entries
+    whose min is 0 ask for nothing). The greedy checks take each item's fewest cards
+    (:func:`~planner.share.pools.fewest`); the exact one may take any count."""
+    return pool.problem([(e, pool.counts(e)) for e in entries if e.request.least > 0])
 
 
 class Packed:
-    """One pool's admitted mins, placed: a newcomer whose mins place on what is left is admitted
-    without re-packing everyone (the common case); otherwise :func:`fits` decides from scratch."""
+    """One pool's admitted mins (each request's fewest cards), placed: a newcomer whose mins place
+    on what is left is admitted without re-packing everyone (the common case); otherwise
+    :func:`fits` decides from scratch."""
 
     def __init__(self, pool: Pool) -> None:
         self.free: FreeUnits | None = FreeUnits(pool.nodes)
@@ -70,9 +76,17 @@ class Packed:
         if self.free is None or any(not it.splits for it in problem.items):
             return None
         done: list[tuple[NodeCounts, int]] = []
-        for it in sorted(problem.items, key=lambda it: (-it.splits[0].units, not it.distinct, it.index)):
+        least = [fewest(it) for it in problem.items]
+        for it in sorted(
+            problem.items, key=lambda it: (-it.splits[least[it.index]].units, not it.distinct, it.index)
+        ):
             got = next(
-                ((g, sp.units) for sp in it.splits if (g := place_one(it, sp, self.free)) is not None), None
+                (
+                    (g, sp.units)
+                    for sp in it.splits[least[it.index] :]  # the fewest cards' splits, best first
+                    if (g := place_one(it, sp, self.free)) is not None
+                ),
+                None,
             )
             if got is None:
                 self.undo(done)
@@ -88,14 +102,15 @@ class Packed:
     def reset(self, pool: Pool, problem: TypeProblem) -> None:
         """Everyone's mins packed afresh (greedily, else unknown: later plans are checked from
         scratch)."""
-        placed = greedy_place(problem, [0] * len(problem.items))
+        least = [fewest(it) for it in problem.items]
+        placed = greedy_place(problem, least)
         if placed is None:
             self.free = None
             return
         self.free = FreeUnits(pool.nodes)
-        for it, nodes in zip(problem.items, placed, strict=True):
+        for it, s, nodes in zip(problem.items, least, placed, strict=True):
             for node, k in nodes.items():
-                self.free.take(node, k * it.splits[0].units)
+                self.free.take(node, k * it.splits[s].units)
 
 
 def _prefix(pools: Pools, order: Sequence[int], packed: list[Packed]) -> int:
@@ -109,7 +124,8 @@ def _prefix(pools: Pools, order: Sequence[int], packed: list[Packed]) -> int:
 
     def placed(k: int) -> bool:
         return all(
-            not pr.items or (all(it.splits for it in pr.items) and greedy_place(pr, [0] * len(pr.items)))
+            not pr.items
+            or (all(it.splits for it in pr.items) and greedy_place(pr, [fewest(it) for it in pr.items]))
             for pr in problems(k)
         )
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from planner.base.codes import Method
 from planner.model.options import TypeProblem
 from planner.search.place import FreeUnits, NodeCounts, Previous, greedy_place, place_one, release
-from planner.share.pools import Entry
+from planner.share.pools import Entry, fewest
 
 # past this many splits in a pool the staged model is too large to prove within a re-plan's time:
 # the requests are grown one by one (a plan, not a proof)
@@ -217,14 +217,10 @@ def waterfill(
     split first. Planning again with nothing changed puts every request back where it was, so it
     changes nothing. None when the mins do not place greedily."""
     items = problem.items
-    start = []
-    for it in items:
-        least = next(
-            (s for s, sp in enumerate(it.splits) if sp.instances * sp.units == it.request.least), None
-        )
-        if least is None:
-            return None
-        start.append(least)
+    if not all(it.splits for it in items):
+        return None
+    # each at its fewest cards: its min, or the least count above it with a split
+    start = [fewest(it) for it in items]
     # what each request ran, where that is still one of its choices: with nothing changed it all
     # goes back, and growth goes on from there (a request never starts below what it held)
     was = [_previous_split(problem, i, previous) for i in range(len(items))]

@@ -133,6 +133,18 @@ class Pool:
         return {e.label: e.previous for e in entries if e.previous is not None}
 
 
+def fewest(item: Item) -> int:
+    """The index of the best split of the fewest cards ``item`` may take (splits run most cards
+    first): its min, or, when the strategy has no split for the min (3 cards one instance per node
+    on two nodes), the least count above it that has one. The item must have splits."""
+    splits = item.splits
+    s = len(splits) - 1
+    least = splits[s].instances * splits[s].units
+    while s and splits[s - 1].instances * splits[s - 1].units == least:
+        s -= 1
+    return s
+
+
 def label(plan: int, request: Request) -> str:
     """Unique among every plan's requests: an operator may ask for cards of several types."""
     return f"{plan}:{request.operator}:{request.resource}"
