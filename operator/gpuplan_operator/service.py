@@ -127,6 +127,13 @@ class Prepared:
     claim_first: bool = False
     took: dict[str, float] = field(default_factory=dict)  # seconds by stage, for the log line
 
+    @functools.cached_property
+    def units(self) -> dict[str, dict[str, int]]:
+        """``status.applied.units`` once the writes have landed (computed once: the hand-over's
+        order, the claim and the status all read it)."""
+        names = {r.name: r.resource_name for r in self.spec.resources}
+        return reserve.applied_units(self.result.allocations, names, dict(self.result.pod_cpu))
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -457,7 +464,7 @@ class PlanService:
         spec, result = prepared.spec, prepared.result
         names = {r.name: r.resource_name for r in spec.resources}
         applied: dict[str, Any] = {
-            "units": reserve.applied_units(result.allocations, names, dict(result.pod_cpu)),
+            "units": prepared.units,
             "priorityClasses": sorted(pc["metadata"]["name"] for pc in prepared.desired.priority_classes),
         }
         if devices := reserve.applied_devices(result.allocations):

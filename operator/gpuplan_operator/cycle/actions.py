@@ -185,21 +185,21 @@ def claims_first(prepared: Sequence[Prepared]) -> list[Prepared]:
     """The plans that write ``status.applied`` before their Deployments: gang plans writing at
     least :data:`CLAIM_FIRST` of them, and only when no plan of the cycle gives cards up (then
     the plans' ``applied`` never add up to more than a node has, whichever status lands first)."""
-    if any(d < 0 for p in prepared for d in _delta(p).values()):
-        return []
-    return [
+    many = [
         p
         for p in prepared
         if p.spec.deploy
         and p.spec.gang is Gang.PLAN
         and sum(1 for w in p.writes if w.step is WriteStep.DEPLOYMENTS) >= CLAIM_FIRST
     ]
+    if not many or any(d < 0 for p in prepared for d in _delta(p).values()):
+        return []
+    return many
 
 
 def _delta(prepared: Prepared) -> dict[tuple[str, str], int]:
     """(node, resource) -> units the plan takes (> 0) or gives up (< 0) there."""
-    names = {r.name: r.resource_name for r in prepared.spec.resources}
-    new = reserve.applied_units(prepared.result.allocations, names, dict(prepared.result.pod_cpu))
+    new = prepared.units
     old = (prepared.plan.status.get("applied") or {}).get("units") or {}
     out: dict[tuple[str, str], int] = {}
     for node in set(new) | set(old):
@@ -218,8 +218,7 @@ class Step(Enum):
 def released(prepared: Prepared) -> dict[str, dict[str, int]]:
     """Per node, the units the plan holds between giving some up and taking others: the least of
     before and after (its leaving instances are gone, its new ones not written yet)."""
-    names = {r.name: r.resource_name for r in prepared.spec.resources}
-    new = reserve.applied_units(prepared.result.allocations, names, dict(prepared.result.pod_cpu))
+    new = prepared.units
     old = (prepared.plan.status.get("applied") or {}).get("units") or {}
     out: dict[str, dict[str, int]] = {}
     for node in sorted(set(new) & set(old)):
