@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import yaml
 from gpuplan_operator.kube import Kube, load_api_client, path_for
+from gpuplan_operator.watch import LIFECYCLE_TAINTS
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -213,9 +214,6 @@ def node_ready(node: Mapping[str, Any] | None) -> bool:
     return False
 
 
-NODE_LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
-
-
 def node_schedulable(node: Mapping[str, Any] | None) -> bool:
     """Ready, and the node lifecycle controller has lifted its not-ready taint.
 
@@ -225,7 +223,7 @@ def node_schedulable(node: Mapping[str, Any] | None) -> bool:
     if not node_ready(node):
         return False
     taints = ((node or {}).get("spec") or {}).get("taints") or []
-    return not any(t.get("key") in NODE_LIFECYCLE_TAINTS for t in taints)
+    return not any(t.get("key") in LIFECYCLE_TAINTS for t in taints)
 
 
 # --- the operator process --------------------------------------------------------------------
