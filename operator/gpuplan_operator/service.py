@@ -37,6 +37,7 @@ while pods are gated.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import threading
 import time
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from kubernetes.client.exceptions import ApiException
 
 from gpuplan_operator import cluster, reserve
@@ -135,6 +137,18 @@ class Prepared:
         return reserve.applied_units(self.result.allocations, names, dict(self.result.pod_cpu))
 
 
+_ENCODE = msgspec.json.Encoder(order="deterministic")
+
+
+def _digest(desired: Desired) -> bytes:
+    """A fingerprint of everything a plan writes besides its status."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (desired.node_labels, desired.label_key, desired.priority_classes, desired.configmaps,
+                 desired.deployments, desired.claim_templates):  # fmt: skip
+        h.update(_ENCODE.encode(part))
+    return h.digest()
+
+
 @dataclass(frozen=True)
 class Outcome:
     phase: Phase
@@ -176,6 +190,9 @@ class PlanService:
         # called now and then while a plan that claimed its cards first writes its Deployments
         # (with the plan's namespace/name): the cycle lifts the gates of the pods made so far
         self.meanwhile: Callable[[str], None] | None = None
+        # plan uid -> digest of the outputs its last apply wrote, every write and its status landed
+        # since this process started (:meth:`outputs_landed`)
+        self._landed: dict[str, bytes] = {}
 
     # --- status -----------------------------------------------------------------------------
 
@@ -387,6 +404,7 @@ class PlanService:
         """Render the result and compute its writes against what the cluster holds (one read of
         the plan's own objects); an Outcome when that already fails."""
         now = self.clock()
+        self._landed.pop(plan.uid, None)  # landed again only once these writes and the status have
         try:
             desired = desired or render_desired(spec, result, self.options.priority_base)
         except InvalidInput as e:  # e.g. an operator's JSON patch does not apply
@@ -404,6 +422,21 @@ class PlanService:
         prepared = Prepared(plan, spec, result, desired, writes, shared)
         prepared.took["read and compare"] = time.perf_counter() - started
         return prepared
+
+    def outputs_landed(self, plan: PlanBody, desired: Desired) -> bool:
+        """Whether this process's last apply of the plan wrote exactly ``desired`` and its status,
+        all of it landed: a re-plan that moved nothing (after a cordon elsewhere every plan's score
+        changes, its instances stay) then writes only the status, without reading and comparing
+        the plan's thousands of objects. A plan not applied since the process started, or whose
+        last apply failed, is compared with the cluster as always."""
+        return self._landed.get(plan.uid) == _digest(desired)
+
+    def unchanged_outputs(
+        self, plan: PlanBody, spec: PlanSpec, result: PlanResult, desired: Desired, shared: Shared | None
+    ) -> Prepared:
+        """A plan whose outputs landed as they are (:meth:`outputs_landed`): nothing to write but
+        its status (:meth:`complete`)."""
+        return Prepared(plan, spec, result, desired, [], shared, written=True)
 
     def hand_over(self, prepared: Prepared) -> Outcome | None:
         """The writes that free cards (Deployments the plan no longer wants): every plan's go
@@ -522,6 +555,8 @@ class PlanService:
         if self._write_status(plan, new):
             prepared.took["status"] = time.perf_counter() - started
             log.info("%s: %s: %s; %s", plan.ref, phase, new["message"], ready.message)
+        if phase is Phase.APPLIED:
+            self._landed[plan.uid] = _digest(desired)
         if changes:
             took = ", ".join(f"{k} {v:.2f}s" for k, v in prepared.took.items())
             log.info(
@@ -530,6 +565,7 @@ class PlanService:
         return Outcome(phase, new["message"], moved=moved, ready=ready.ready)
 
     def _apply_failed(self, plan: PlanBody, result: PlanResult, error: str, now: str) -> Outcome:
+        self._landed.pop(plan.uid, None)
         new = st.error_status(plan.status, plan.generation, error, now, planned=st.summary(result))
         return self._finish(plan, new, Reason.APPLY_FAILED, warn=True)
 
@@ -659,6 +695,7 @@ class PlanService:
         """Remove everything the plan wrote (its finalizer keeps it until this succeeds)."""
         plan = PlanBody.from_object(obj)
         with self.lock:
+            self._landed.pop(plan.uid, None)
             in_use = reserve.priority_classes_in_use(cluster.list_plans(self.kube), plan.uid)
             observed = cluster.read_for_cleanup(self.kube, plan)
             writes = cleanup_writes(plan, observed, in_use)

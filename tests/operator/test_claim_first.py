@@ -199,3 +199,39 @@ def test_a_round_during_the_writes_decides_for_every_plan_that_claimed_its_cards
 
     lifted = [path.rsplit("/", 1)[-1] for _, path in kube.writes[writes:] if "/pods/" in path]
     assert any(n.startswith("new-g-") for n in lifted) and any(n.startswith("new-h-") for n in lifted)
+
+
+def moving(name: str, old: dict[str, int], new: dict[str, int]) -> Any:
+    """A prepared plan that held ``old`` cards per node and now holds ``new``."""
+
+    def units(held: dict[str, int]) -> dict[str, dict[str, int]]:
+        return {n: {"nvidia.com/gpu": k} for n, k in held.items()}
+
+    return SimpleNamespace(
+        name=name, units=units(new), plan=SimpleNamespace(status={"applied": {"units": units(old)}})
+    )
+
+
+def rounds(prepared: list[Any]) -> list[list[tuple[str, str]]]:
+    names = {id(p): p.name for p in prepared}
+    return [[(step.value, names[id(p)]) for step, p in group] for group in actions.release_rounds(prepared)]
+
+
+def test_statuses_of_plans_that_wait_on_nobody_are_written_in_one_round() -> None:
+    # a cordon: both plans leave node c for nodes of their own
+    a = moving("a", {"c": 2, "x": 1}, {"x": 1, "y": 2})
+    b = moving("b", {"c": 1}, {"z": 1})
+    assert rounds([a, b]) == [[("complete", "a"), ("complete", "b")]]
+
+
+def test_a_plan_taking_what_another_gives_up_writes_its_status_after_it() -> None:
+    a = moving("a", {"x": 1}, {"y": 1})
+    b = moving("b", {"y": 2}, {"z": 2})  # b gives y up, a takes it: b first
+    c = moving("c", {"w": 1}, {"v": 1})  # waits on nobody
+    assert rounds([a, b, c]) == [[("complete", "b"), ("complete", "c")], [("complete", "a")]]
+
+
+def test_plans_swapping_nodes_are_broken_open_by_a_release_of_their_own() -> None:
+    a = moving("a", {"x": 1}, {"y": 1})
+    b = moving("b", {"y": 1}, {"x": 1})
+    assert rounds([a, b]) == [[("release", "a")], [("complete", "b")], [("complete", "a")]]

@@ -333,3 +333,50 @@ def test_a_new_plan_finds_names_held_by_others_in_the_cache_and_one_listing_of_t
         status_of(kube, "d")["message"]
     )
     assert kube.selectors[listed_before:] == ["app.kubernetes.io/managed-by!=gpuplan"]
+
+
+class ReadingKube(FakeKube):
+    """Records every request, reads too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[tuple[str, str]] = []
+
+    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        self.requests.append((method, path))
+        return super().request(method, path, **kw)
+
+
+def test_a_re_plan_that_moves_nothing_writes_only_the_status_without_reading_the_plans_objects() -> None:
+    kube = ReadingKube()
+    for i in range(6):  # 8 cards spread as 4 instances of 2: two nodes stay unused
+        kube.put(NODES, node(f"p4-{i}"))
+    kube.put(PLANS_NS, plan("s", deploy=True, gang="none", **spec(8)))
+    cycle, cache = cycle_on(kube)
+    cycle.run()
+    before = status_of(kube, "s")
+    used = {n for a in before["allocations"] for n in a["nodes"]}
+    idle = sorted({f"p4-{i}" for i in range(6)} - used)[0]
+
+    cordoned = node(idle, unschedulable=True)  # fewer schedulable nodes: every spread score changes
+    cordoned["metadata"]["labels"] = (kube.get_obj(NODES, idle) or {})["metadata"]["labels"]
+    kube.put(NODES, cordoned)
+    assert cache.nodes.replace(kube.request("GET", "/api/v1/nodes")["items"])
+    kube.requests.clear()
+    assert cycle.run().planned == ["ns/s"]
+    after = status_of(kube, "s")
+    assert after["score"] != before["score"] and after["allocations"] == before["allocations"]
+    assert [m for m, _ in kube.requests if m != "GET"] == ["PATCH"]  # the status, nothing else
+    assert kube.requests[-1][1].endswith("/gpuallocationplans/s/status")
+    assert not [p for m, p in kube.requests if m == "GET" and ("configmaps" in p or "priorityclasses" in p)]
+
+    # a process that did not write the plan itself compares it with the cluster first
+    fresh, fresh_cache = cycle_on(kube)
+    again = node(idle)
+    again["metadata"]["labels"] = cordoned["metadata"]["labels"]
+    kube.put(NODES, again)
+    assert fresh_cache.nodes.replace(kube.request("GET", "/api/v1/nodes")["items"])
+    kube.requests.clear()
+    assert fresh.run().planned == ["ns/s"]
+    assert status_of(kube, "s")["score"] == before["score"]
+    assert [p for m, p in kube.requests if m == "GET" and "configmaps" in p]

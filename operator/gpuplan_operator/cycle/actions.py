@@ -13,11 +13,14 @@ new pods stay gated until the leaving ones are gone (:mod:`..release`), and star
 (:func:`~gpuplan_operator.reserve.leaving_pods_hold`).
 
 *Hand over*: each plan's result is rendered and its writes computed (pure, :mod:`..writes`)
-first; a plan whose status already says its answer is left alone. Then every plan's
+first; a plan whose status already says its answer is left alone, and one whose outputs are
+in the cluster as this process last wrote them (only its score or message changed: a cordon
+elsewhere changes every plan's score) has only its status written. Then every plan's
 Deployments that leave go, for all plans, before any plan writes the rest: cards passing from
 one plan to another are released before the instances that take them are created, so no node
 is asked for more cards than it has. Then labels, classes, the ConfigMap, claim templates and
-Deployments, plans side by side, and the statuses in :func:`release_order`.
+Deployments, plans side by side, and the statuses in :func:`release_rounds` (side by side
+where no plan waits on another).
 
 A plan that writes many Deployments with the gang gate (a new plan of thousands of pods) and takes
 no card another plan of the cycle gives up *claims first* (:func:`claims_first`): its
@@ -130,10 +133,11 @@ def hand_over(
     verify: Collection[str] = (),
 ) -> dict[str, Outcome]:
     """Render, compute every plan's writes, perform the ones that free cards for all plans first,
-    then the rest of every plan's (side by side), then the statuses in :func:`release_order`;
+    then the rest of every plan's (side by side), then the statuses in :func:`release_rounds`;
     each plan's outcome by uid."""
     outcomes: dict[str, Outcome] = {}
     rendered = []
+    landed: list[Prepared] = []  # outputs as they are in the cluster: only the status changes
     for t, answer in zip(taking, answers, strict=True):
         if not answer.admitted and len(taking) == 1:  # alone: nobody needs its cards, it keeps all
             outcomes[t.plan.uid] = service.not_planned(t.plan, answer.result)
@@ -145,6 +149,9 @@ def hand_over(
         desired = service.render(t.plan, t.spec, result)
         if isinstance(desired, Outcome):
             outcomes[t.plan.uid] = desired
+            continue
+        if t.plan.uid not in verify and service.outputs_landed(t.plan, desired):
+            landed.append(service.unchanged_outputs(t.plan, t.spec, result, desired, answer))
             continue
         rendered.append((t, answer, result, desired))
     wanted = {pc["metadata"]["name"] for *_, d in rendered for pc in d.priority_classes}
@@ -162,6 +169,7 @@ def hand_over(
                 outcomes[t.plan.uid] = got
             else:
                 prepared.append(got)
+    prepared.extend(landed)
     for p in prepared:
         if (failed := service.hand_over(p)) is not None:
             outcomes[p.plan.uid] = failed
@@ -171,13 +179,20 @@ def hand_over(
         for p, failed in zip(prepared, pool.map(in_context(service.write_rest), prepared), strict=True):
             if failed is not None:
                 outcomes[p.plan.uid] = failed
-    for step, p in release_order(prepared):
-        if p.plan.uid in outcomes:
-            continue
+
+    def finish(item: tuple[Step, Prepared]) -> Outcome | None:
+        step, p = item
         if step is Step.RELEASE:
             service.release(p, released(p))
-        else:
-            outcomes[p.plan.uid] = service.complete(p)
+            return None
+        return service.complete(p)
+
+    with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-status") as pool:
+        for group in release_rounds(prepared):
+            group = [(step, p) for step, p in group if p.plan.uid not in outcomes]
+            for (_, p), outcome in zip(group, pool.map(in_context(finish), group), strict=True):
+                if outcome is not None:
+                    outcomes[p.plan.uid] = outcome
     return outcomes
 
 
@@ -232,17 +247,20 @@ def released(prepared: Prepared) -> dict[str, dict[str, int]]:
     return out
 
 
-def release_order(prepared: Sequence[Prepared]) -> list[tuple[Step, Prepared]]:
-    """The order statuses are written in: a plan that gives units up on a node says so before any
-    plan that takes units there, so that at every moment the plans' ``applied`` units, read
-    together, fit the nodes (what the Deployments' order does for the pods). Plans that wait on
-    each other in a ring (two plans swapping nodes) are broken open: one of them first writes
-    only what it keeps (:data:`Step.RELEASE`), which is true once its leaving Deployments are
+def release_rounds(prepared: Sequence[Prepared]) -> list[list[tuple[Step, Prepared]]]:
+    """The order statuses are written in, as rounds whose statuses go side by side: a plan that
+    gives units up on a node says so before any plan that takes units there, so that at every
+    moment the plans' ``applied`` units, read together, fit the nodes (what the Deployments'
+    order does for the pods). The plans of one round take nothing another plan still to write
+    gives up, so they may land in any order (a cordon's re-plan: every moved plan in one round,
+    their status patches at once, not one after another). Plans that wait on each other in a
+    ring (two plans swapping nodes) are broken open: one of them first writes only what it keeps
+    (:data:`Step.RELEASE`, a round of its own), which is true once its leaving Deployments are
     gone, and its whole status after the others."""
     deltas = [_delta(p) for p in prepared]
     frees: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d < 0} for di in deltas]
     takes: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d > 0} for di in deltas]
-    out: list[tuple[Step, Prepared]] = []
+    out: list[list[tuple[Step, Prepared]]] = []
     done: set[int] = set()
     freed: set[int] = set()  # plans whose releases are written (done, or released)
     while len(done) < len(prepared):
@@ -251,12 +269,11 @@ def release_order(prepared: Sequence[Prepared]) -> list[tuple[Step, Prepared]]:
             j for j in waiting if not any(i not in freed and i != j and frees[i] & takes[j] for i in waiting)
         ]
         if ready:
-            j = ready[0]
-            done.add(j)
-            freed.add(j)
-            out.append((Step.COMPLETE, prepared[j]))
+            done.update(ready)
+            freed.update(ready)
+            out.append([(Step.COMPLETE, prepared[j]) for j in ready])
             continue
         j = next(j for j in waiting if j not in freed)
         freed.add(j)
-        out.append((Step.RELEASE, prepared[j]))
+        out.append([(Step.RELEASE, prepared[j])])
     return out
