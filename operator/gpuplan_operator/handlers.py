@@ -72,6 +72,13 @@ class DigestDiffBase(kopf.AnnotationsDiffBaseStorage):
         return cast(kopf.BodyEssence, {"digest": hashlib.sha256(text.encode()).hexdigest()})
 
 
+class CycleTask:
+    """The one task that runs the scheduling cycle (None until the first plan's daemon starts it)."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+
+
 def post_event(plan: PlanBody, type_: str, reason: str, message: str) -> None:
     """Kubernetes Event on the plan (kopf queues it; safe from the service's worker thread)."""
     kopf.event(cast(kopf.Body, plan.raw), type=type_, reason=reason, message=message[:1000])
@@ -97,15 +104,18 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.acting = set()
     cache.start()
     memo.cycle = Cycle(service, cache, namespaces)
-    memo.cycles = None  # started by the first plan's daemon (below)
+    # the cycle's task, started by the first plan's daemon (below). A holder, not a memo key:
+    # each plan's memo is a shallow copy of this one, so a key set there is that plan's alone
+    # (every plan's daemon then started a cycle loop of its own, N loops taking turns on the lock)
+    memo.cycles = CycleTask()
 
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    cycles: asyncio.Task[None] | None = memo.get("cycles")
-    if cycles is not None:
-        cycles.cancel()
-        await asyncio.gather(cycles, return_exceptions=True)
+    holder: CycleTask | None = memo.get("cycles")
+    if holder is not None and holder.task is not None:
+        holder.task.cancel()
+        await asyncio.gather(holder.task, return_exceptions=True)
     cache: ClusterCache | None = memo.get("cache")
     if cache is not None:
         cache.close()
@@ -144,12 +154,13 @@ async def follow_plan(
     key = f"{namespace}/{name}"
     acting: set[str] = memo.acting
     acting.add(key)
-    if memo.cycles is None:
+    holder: CycleTask = memo.cycles
+    if holder.task is None:
         # started from a handler, not at start-up: kopf.event (the cycle's Events) needs the
         # context kopf gives its handlers, which the task inherits
         options: Options = memo.options
         cycles = run_cycles(memo.cycle, memo.wake, lambda: bool(memo.acting), options.resync)
-        memo.cycles = asyncio.create_task(cycles, name="gpuplan cycle")
+        holder.task = asyncio.create_task(cycles, name="gpuplan cycle")
     memo.wake.now()
     try:
         await stopped.wait()

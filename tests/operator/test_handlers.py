@@ -7,6 +7,7 @@ above them (a loaded machine may be slow, never wrong).
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import time
 from collections.abc import Coroutine
@@ -15,6 +16,7 @@ from typing import Any, cast
 import kopf
 from gpuplan_operator import handlers
 from gpuplan_operator.cycle.loop import Wake
+from gpuplan_operator.service import Options
 
 PATIENCE = 5.0
 
@@ -125,7 +127,9 @@ def test_a_burst_after_a_quiet_spell_still_settles_as_one() -> None:
 
 def test_the_plan_daemon_marks_this_replica_acting_while_it_runs() -> None:
     async def scenario() -> tuple[set[str], set[str]]:
-        memo = kopf.Memo(acting=set(), wake=Wake(asyncio.get_running_loop(), 0.1, 1.0), cycles="running")
+        running = handlers.CycleTask()
+        running.task = asyncio.create_task(asyncio.sleep(PATIENCE))  # a cycle task already runs
+        memo = kopf.Memo(acting=set(), wake=Wake(asyncio.get_running_loop(), 0.1, 1.0), cycles=running)
         stopped = Stopped()
         daemon = asyncio.create_task(
             call(handlers.follow_plan, stopped=stopped, memo=memo, namespace="ns", name="p")
@@ -134,6 +138,7 @@ def test_the_plan_daemon_marks_this_replica_acting_while_it_runs() -> None:
         during = set(memo.acting)
         stopped.event.set()
         await asyncio.wait_for(daemon, PATIENCE)
+        running.task.cancel()
         return during, set(memo.acting)
 
     during, after = asyncio.run(scenario())
@@ -163,3 +168,41 @@ def test_kopfs_last_handled_state_is_a_digest_not_a_copy_of_the_spec() -> None:
     assert build({**raw, "status": {"phase": "Error"}}) == essence  # status is no change to kopf
     changed = {**raw, "spec": {**spec, "priority": 5}}
     assert build(changed) != essence  # a spec change still is
+
+
+def test_the_daemons_of_several_plans_start_one_cycle_between_them(monkeypatch: Any) -> None:
+    """kopf gives each plan a shallow copy of the operator's memo: the cycle's task must be shared
+    through it, not set on one plan's copy."""
+    started: list[int] = []
+
+    async def cycles(*_: Any) -> None:
+        started.append(1)
+        await asyncio.sleep(PATIENCE)
+
+    monkeypatch.setattr(handlers, "run_cycles", cycles)
+
+    async def scenario() -> int:
+        base = kopf.Memo(
+            acting=set(),
+            wake=Wake(asyncio.get_running_loop(), 0.1, 1.0),
+            cycles=handlers.CycleTask(),
+            cycle=None,
+            options=Options(),
+        )
+        stops = [Stopped() for _ in range(3)]
+        daemons = [
+            asyncio.create_task(
+                call(handlers.follow_plan, stopped=stop, memo=copy.copy(base), namespace="ns", name=f"p{i}")
+            )
+            for i, stop in enumerate(stops)
+        ]
+        await asyncio.sleep(0.05)
+        for stop in stops:
+            stop.event.set()
+        await asyncio.wait_for(asyncio.gather(*daemons), PATIENCE)
+        task = base.cycles.task
+        assert task is not None
+        task.cancel()
+        return len(started)
+
+    assert asyncio.run(scenario()) == 1
