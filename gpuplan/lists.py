@@ -132,7 +132,9 @@ def _from_json(data: bytes, fields: Fields) -> dict[str, Any]:
 
 _ITEMS = re.compile(rb"^items:[ \t]*\r?\n", re.M)
 # a line at the left margin that is not a comment: in the items an item's `- `, then what follows
-_MARGIN = re.compile(rb"\n[^#\s]")
+# (a line's first byte other than `#` and the white space of a regular expression's `\s`)
+_AT_MARGIN = bytes(0 if b in b"# \t\n\r\f\v" else 1 for b in range(256))
+_MARGIN_STEP = 1 << 16  # bytes looked at once by _margin_lines: stays in the second-level cache
 _AFTER_DASH = (b" ", b"\t", b"\r", b"\n")  # a `-` at the margin before one of these starts an item
 # documents, anchors, aliases, tags, merges; and tabs, which the two parsers treat differently
 _NOT_PLAIN = (b"\n---", b"\n...", b"\n%", b"&", b"*", b"!", b"<<", b"\t")
@@ -318,6 +320,32 @@ def _holds(data: bytes) -> Callable[[bytes], bool]:
     return holds
 
 
+def _margin_lines(data: bytes, start: int) -> Iterator[int]:
+    """Where each line at the left margin that is not a comment begins, after ``start`` (a line
+    starting at ``start`` itself not counted), in order: a line whose first byte is not ``#`` or
+    white space.
+
+    numpy, 64 KB at a time: the newlines whose next byte is not a space (two comparisons), then
+    among those few the next byte looked up. A regular expression (``\\n[^#\\s]``) looked at
+    every byte in turn: 0.21-0.23 s for the 65,000 nodes of kubectl's YAML, against 0.08 s
+    (best of seven, load 6)."""
+    import numpy as np  # large YAML lists only
+
+    view = np.frombuffer(data, np.uint8)
+    at_margin = np.frombuffer(_AT_MARGIN, np.bool_)
+    newline = np.empty(_MARGIN_STEP, np.bool_)
+    unspaced = np.empty(_MARGIN_STEP, np.bool_)
+    for at in range(start, len(view) - 1, _MARGIN_STEP):
+        part = view[at : at + _MARGIN_STEP + 1]  # the newlines of [at, at + step), and the byte after
+        n = len(part) - 1
+        np.equal(part[:-1], 10, out=newline[:n])
+        np.not_equal(part[1:], 32, out=unspaced[:n])
+        np.logical_and(newline[:n], unspaced[:n], out=newline[:n])
+        found = np.flatnonzero(newline[:n])
+        found = found[at_margin[part[found + 1]]]
+        yield from (found + (at + 1)).tolist()
+
+
 def _items_region(data: bytes) -> tuple[int, int, list[int]]:
     """Where the ``items:`` of a top-level block sequence at the left margin begins, where its
     items end, and where each item starts (the first where the items start).
@@ -336,8 +364,7 @@ def _items_region(data: bytes) -> tuple[int, int, list[int]]:
         raise _Generic
     starts = [start]
     end = len(data)
-    for line in _MARGIN.finditer(data, start):
-        at = line.start() + 1
+    for at in _margin_lines(data, start):
         if data[at] != 0x2D:  # not `-`: the first key after the list
             end = at
             break
