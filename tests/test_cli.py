@@ -242,3 +242,28 @@ def test_standard_input_serves_one_option_only(tmp_path: Path, capsys: pytest.Ca
     assert main(["plan", "-", "--nodes", "-"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "standard input can be read for one option only" in err
+
+
+def test_an_operator_takes_every_key_strategy_and_topology_and_nothing_else() -> None:
+    """The values an operator's keyStrategy and topology may take (looked up in sets made once)."""
+    from planner import InvalidInput
+    from planner.base.strategies import KEY_STRATEGIES, Topology
+    from planner.read.parse import parse_plan
+
+    def operator(**fields: Any) -> Any:
+        return parse_plan(
+            plan_doc({}, operators=[{"name": "x", "services": {"key": "x"}, **fields}])
+        ).operator("x")
+
+    for strategy in KEY_STRATEGIES:
+        assert operator(keyStrategy=strategy.value).key_strategy is strategy
+    for topology in Topology:
+        assert operator(keyStrategy="machine", topology=topology.value).topology is topology
+    for field, value in [
+        ("keyStrategy", "fastest"),
+        ("keyStrategy", "Machine"),
+        ("topology", "strict"),
+        ("topology", None),
+    ]:
+        with pytest.raises(InvalidInput, match=rf"operators\[0\]\.{field}: must be "):
+            operator(**{"keyStrategy": "machine", field: value})

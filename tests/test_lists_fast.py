@@ -198,3 +198,27 @@ def test_a_status_cut_to_its_allocatable_reads_as_the_generic_reader(case: str, 
         assert fast in (dropped, read_or_refuse(lambda: expected(data, NODE_FIELDS)))
     else:
         assert fast == read_or_refuse(lambda: expected(data, NODE_FIELDS)), text
+
+
+# --- the lines at the margin, found 64 KB at a time -------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(st.sampled_from("\n-# \t\r\f\vax:"), max_size=80).map(str.encode),
+    start=st.integers(0, 80),
+    step=st.integers(1, 9),
+)
+def test_the_lines_at_the_margin_are_those_a_regular_expression_finds(
+    text: bytes, start: int, step: int
+) -> None:
+    """Every line whose first byte is not ``#`` or white space, after ``start``, in order, however
+    the steps fall (across a step's last byte, at the text's end)."""
+    import re
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(lists, "_MARGIN_STEP", step)
+        found = list(lists._margin_lines(text, start))
+    assert found == [start + line.start() + 1 for line in re.finditer(rb"\n[^#\s]", text[start:])] and all(
+        at > start for at in found
+    )
