@@ -264,6 +264,8 @@ def test_an_operator_takes_every_key_strategy_and_topology_and_nothing_else() ->
         ("keyStrategy", "Machine"),
         ("topology", "strict"),
         ("topology", None),
+        ("topology", [1]),  # not a string at all: refused, not a TypeError
+        ("keyStrategy", {"a": 1}),
     ]:
         with pytest.raises(InvalidInput, match=rf"operators\[0\]\.{field}: must be "):
             operator(**{"keyStrategy": "machine", field: value})

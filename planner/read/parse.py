@@ -239,7 +239,7 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
             raise InvalidInput(f"{field}.services.link", "must be a list of service names")
         flamewaker = mapping(item.get("flamewaker") or {}, f"{field}.flamewaker")
         topology = item.get("topology", base.topology.value if base else Topology.PREFERRED.value)
-        if topology not in _TOPOLOGY_VALUES:
+        if not isinstance(topology, str) or topology not in _TOPOLOGY_VALUES:
             raise InvalidInput(
                 f"{field}.topology", f"must be {one_of(t.value for t in Topology)}, got {topology!r}"
             )
