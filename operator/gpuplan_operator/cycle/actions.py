@@ -256,13 +256,17 @@ def release_rounds(prepared: Sequence[Prepared]) -> list[list[tuple[Step, Prepar
     their status patches at once, not one after another). Plans that wait on each other in a
     ring (two plans swapping nodes) are broken open: one of them first writes only what it keeps
     (:data:`Step.RELEASE`, a round of its own), which is true once its leaving Deployments are
-    gone, and its whole status after the others."""
+    gone, and its whole status after the others. Plans whose units did not change (only a score
+    or a message: after a cordon, every plan but the ones that moved) neither free nor take
+    anything: they go last, in a round of their own, so the patches that say where cards went do
+    not share the API server with them."""
     deltas = [_delta(p) for p in prepared]
     frees: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d < 0} for di in deltas]
     takes: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d > 0} for di in deltas]
     out: list[list[tuple[Step, Prepared]]] = []
-    done: set[int] = set()
-    freed: set[int] = set()  # plans whose releases are written (done, or released)
+    still = [j for j, di in enumerate(deltas) if not di]
+    done: set[int] = set(still)
+    freed: set[int] = set(still)  # plans whose releases are written (done, or released)
     while len(done) < len(prepared):
         waiting = [j for j in range(len(prepared)) if j not in done]
         ready = [
@@ -276,4 +280,6 @@ def release_rounds(prepared: Sequence[Prepared]) -> list[list[tuple[Step, Prepar
         j = next(j for j in waiting if j not in freed)
         freed.add(j)
         out.append([(Step.RELEASE, prepared[j])])
+    if still:
+        out.append([(Step.COMPLETE, prepared[j]) for j in still])
     return out
