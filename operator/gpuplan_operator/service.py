@@ -136,6 +136,12 @@ class Prepared:
         names = {r.name: r.resource_name for r in self.spec.resources}
         return reserve.applied_units(self.result.allocations, names, dict(self.result.pod_cpu))
 
+    @functools.cached_property
+    def digest(self) -> bytes:
+        """A fingerprint of everything the plan writes besides its status (computed once: the
+        check that its outputs landed and the status that records them both read it)."""
+        return _digest(self.desired)
+
 
 _ENCODE = msgspec.json.Encoder(order="deterministic")
 
@@ -191,7 +197,7 @@ class PlanService:
         # (with the plan's namespace/name): the cycle lifts the gates of the pods made so far
         self.meanwhile: Callable[[str], None] | None = None
         # plan uid -> digest of the outputs its last apply wrote, every write and its status landed
-        # since this process started (:meth:`outputs_landed`)
+        # since this process started (:meth:`landed_outputs`)
         self._landed: dict[str, bytes] = {}
 
     # --- status -----------------------------------------------------------------------------
@@ -404,7 +410,7 @@ class PlanService:
         """Render the result and compute its writes against what the cluster holds (one read of
         the plan's own objects); an Outcome when that already fails."""
         now = self.clock()
-        self._landed.pop(plan.uid, None)  # landed again only once these writes and the status have
+        self._landed.pop(plan.uid, None)  # recorded again once these writes and the status land
         try:
             desired = desired or render_desired(spec, result, self.options.priority_base)
         except InvalidInput as e:  # e.g. an operator's JSON patch does not apply
@@ -423,20 +429,17 @@ class PlanService:
         prepared.took["read and compare"] = time.perf_counter() - started
         return prepared
 
-    def outputs_landed(self, plan: PlanBody, desired: Desired) -> bool:
-        """Whether this process's last apply of the plan wrote exactly ``desired`` and its status,
-        all of it landed: a re-plan that moved nothing (after a cordon elsewhere every plan's score
-        changes, its instances stay) then writes only the status, without reading and comparing
-        the plan's thousands of objects. A plan not applied since the process started, or whose
-        last apply failed, is compared with the cluster as always."""
-        return self._landed.get(plan.uid) == _digest(desired)
-
-    def unchanged_outputs(
+    def landed_outputs(
         self, plan: PlanBody, spec: PlanSpec, result: PlanResult, desired: Desired, shared: Shared | None
-    ) -> Prepared:
-        """A plan whose outputs landed as they are (:meth:`outputs_landed`): nothing to write but
-        its status (:meth:`complete`)."""
-        return Prepared(plan, spec, result, desired, [], shared, written=True)
+    ) -> Prepared | None:
+        """The plan with nothing to write but its status (:meth:`complete`) when this process's
+        last apply of it wrote exactly ``desired`` and its status, all of it landed: a re-plan that
+        moved nothing (after a cordon elsewhere every plan's score changes, its instances stay)
+        then does not read and compare the plan's thousands of objects. None otherwise (a plan not
+        applied since the process started, or whose last apply failed, is compared with the
+        cluster as always)."""
+        prepared = Prepared(plan, spec, result, desired, [], shared, written=True)
+        return prepared if self._landed.get(plan.uid) == prepared.digest else None
 
     def hand_over(self, prepared: Prepared) -> Outcome | None:
         """The writes that free cards (Deployments the plan no longer wants): every plan's go
@@ -556,7 +559,7 @@ class PlanService:
             prepared.took["status"] = time.perf_counter() - started
             log.info("%s: %s: %s; %s", plan.ref, phase, new["message"], ready.message)
         if phase is Phase.APPLIED:
-            self._landed[plan.uid] = _digest(desired)
+            self._landed[plan.uid] = prepared.digest
         if changes:
             took = ", ".join(f"{k} {v:.2f}s" for k, v in prepared.took.items())
             log.info(
