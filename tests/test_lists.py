@@ -97,10 +97,13 @@ pod = st.fixed_dictionaries(
 )
 
 
-@pytest.fixture(autouse=True)
-def every_list_is_large(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+@pytest.fixture(autouse=True, params=["one process", "a worker beside"])
+def every_list_is_large(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every list read as a large one, its chunks by this process alone or shared with a forked
+    worker (which chunks each reads then depends on the timing: the answer must not)."""
     monkeypatch.setattr(lists, "LARGE", 0)
     monkeypatch.setattr(lists, "CHUNK", 3)
+    monkeypatch.setattr(lists, "WORKER", request.param == "a worker beside")
     yield
 
 

@@ -4,8 +4,9 @@ answer, or the error, stays the generic reader's."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -16,10 +17,13 @@ from gpuplan.lists import NODE_FIELDS, read_list
 from tests.test_lists import TRICKY, expected, read_or_refuse
 
 
-@pytest.fixture(autouse=True)
-def every_list_is_large(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+@pytest.fixture(autouse=True, params=["one process", "a worker beside"])
+def every_list_is_large(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every list read as a large one, its chunks by this process alone or shared with a forked
+    worker (which chunks each reads then depends on the timing: the answer must not)."""
     monkeypatch.setattr(lists, "LARGE", 0)
     monkeypatch.setattr(lists, "CHUNK", 2)
+    monkeypatch.setattr(lists, "WORKER", request.param == "a worker beside")
     yield
 
 
@@ -152,6 +156,94 @@ def test_a_chunked_read_gives_the_generic_readers_answer_or_error(name: str) -> 
     data = CASES[name].encode()
     got = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
     assert got == read_or_refuse(lambda: expected(data, NODE_FIELDS))
+
+
+# --- the chunks shared with a worker ----------------------------------------------------------
+
+
+class _Scripted:
+    """A worker that sends the texts a forked one would, when its script says: ``send`` (the
+    next text), ``later`` (nothing yet: this process reads a chunk from the back), ``stop``."""
+
+    script: ClassVar[list[str]] = []
+
+    def __init__(self, reader: Any, chunks: list[Any]) -> None:
+        self.texts = [reader.json_text(c) for c in chunks]
+        self.steps = iter(self.script)
+
+    def __enter__(self) -> _Scripted:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def text(self) -> Any:
+        step = next(self.steps, "stop")
+        if step == "later":
+            return lists._NOT_YET
+        if step == "stop" or not self.texts:
+            return lists._MISSING
+        return self.texts.pop(0)
+
+
+SCRIPTS = {
+    "sends every text": ["send"] * 20,
+    "sends none": ["later"] * 20,
+    "takes turns": ["send", "later"] * 10,
+    "late, then every text": ["later", "later", "send", "send", "send"],
+    "stops after one": ["send"],
+}
+
+
+@pytest.mark.parametrize("script", list(SCRIPTS))
+@pytest.mark.parametrize("name", list(CASES))
+def test_however_the_worker_and_this_process_share_the_chunks_the_answer_or_error_is_the_same(
+    name: str, script: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which chunks the worker sends depends on the timing; the answer, and the error of the
+    first chunk that fails (a key given twice in two chunks: the first is named, though this
+    process may read the later one first), must not."""
+    monkeypatch.setattr(lists, "WORKER", True)
+    monkeypatch.setattr(_Scripted, "script", SCRIPTS[script])
+    monkeypatch.setattr(lists, "_Worker", _Scripted)
+    data = CASES[name].encode()
+    got = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    assert got == read_or_refuse(lambda: expected(data, NODE_FIELDS))
+
+
+@pytest.mark.parametrize("name", ["plain", "a key given twice in two chunks"])
+def test_a_worker_that_dies_part_way_changes_nothing_and_is_reaped(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lists, "WORKER", True)
+    here = os.getpid()
+    real = lists._YamlChunks.json_text
+    sent = [0]
+
+    def dies_after_two(self: Any, chunk_at: Any) -> Any:
+        if os.getpid() != here:
+            sent[0] += 1
+            if sent[0] > 2:
+                os._exit(3)
+        return real(self, chunk_at)
+
+    forked: list[int] = []
+    fork = os.fork
+
+    def recorded_fork() -> int:
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(lists._YamlChunks, "json_text", dies_after_two)
+    monkeypatch.setattr(os, "fork", recorded_fork)
+    data = CASES[name].encode()
+    got = read_or_refuse(lambda: read_list(data, "f", "nodes", NODE_FIELDS))
+    assert got == read_or_refuse(lambda: expected(data, NODE_FIELDS))
+    assert len(forked) == 1
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left behind
+        os.waitpid(forked[0], os.WNOHANG)
 
 
 # --- a Node's status cut down to its allocatable in rapidyaml's tree ---------------------------
