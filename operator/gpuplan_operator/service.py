@@ -74,6 +74,7 @@ from planner import (
     POD,
     PRIORITY_BASE,
     Desired,
+    Gang,
     InvalidInput,
     PlanResult,
     PlanSpec,
@@ -472,11 +473,14 @@ class PlanService:
         """The writes left after the hand-over (labels, classes, outputs, Deployments, clean-up);
         an Outcome when they failed. Plans may do this side by side: what had to go first is gone."""
         rest = [w for w in prepared.writes if w.step is not Step.DROP] if prepared.done else prepared.writes
-        meanwhile, waves = None, wave
-        if prepared.claim_first and self.claim(prepared):
-            waves = gated_wave  # its pods wait for their gates: the labels go with the Deployments
-            if self.meanwhile is not None:
-                meanwhile = functools.partial(self.meanwhile, prepared.plan.ref)
+        meanwhile = None
+        # a gang plan's pods wait for their gates, which wait for the labels: they go out with its
+        # Deployments, not a round before (a higher-priority plan's 250 nodes labelled and its
+        # 250 Deployments written took 3.3 s each, one after the other, at 1,000 nodes)
+        gated = prepared.spec.deploy and prepared.spec.gang is Gang.PLAN
+        waves = gated_wave if gated else wave
+        if prepared.claim_first and self.claim(prepared) and self.meanwhile is not None:
+            meanwhile = functools.partial(self.meanwhile, prepared.plan.ref)
         try:
             prepared.done.extend(
                 perform(
