@@ -47,7 +47,6 @@ fields and indices exactly as before.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import signal
@@ -686,8 +685,12 @@ class _Worker:
             self._serve(write_end)  # never returns
         os.close(write_end)
         os.set_blocking(read_end, False)
-        with suppress(OSError):  # a larger pipe: a chunk's text (~100 KB) in one write
-            fcntl.fcntl(read_end, fcntl.F_SETPIPE_SZ, 1 << 20)
+        import fcntl  # where os.fork is, fcntl is (not on Windows)
+
+        resize = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
+        if resize is not None:
+            with suppress(OSError):  # a larger pipe: a chunk's text (~100 KB) in one write
+                fcntl.fcntl(read_end, resize, 1 << 20)
         self.pid, self.fd = pid, read_end
         return self
 
