@@ -456,21 +456,18 @@ class PlanService:
         prepared.done.extend(drops)
         return None
 
-    def release(self, prepared: Prepared, units: Mapping[str, Mapping[str, int]]) -> bool:
+    def release(self, prepared: Prepared, units: Mapping[str, Mapping[str, int]]) -> None:
         """Say in status that the plan holds only ``units`` now (between giving some cards up
-        and taking others); False when the API server refused (the status stays a moment
-        behind: nothing else goes wrong, but no plan may claim those cards first)."""
+        and taking others); an API error here only leaves the status a moment behind."""
         old = prepared.plan.status
         applied = dict(old.get("applied") or {})
         if not applied:
-            return True
+            return
         applied["units"] = {n: dict(r) for n, r in units.items()}
         try:
             self._write_status(prepared.plan, {**old, "applied": applied})
         except ApiException as e:
             log.warning("%s: releasing cards in status failed: %s", prepared.plan.ref, api_error_message(e))
-            return False
-        return True
 
     def write_rest(self, prepared: Prepared) -> Outcome | None:
         """The writes left after the hand-over (labels, classes, outputs, Deployments, clean-up);

@@ -21,7 +21,7 @@ from gpuplan_operator.writes import Step, Verb, Write
 from planner import Gang
 from tests.operator.builders import NODES, NOW, PLANS_NS, node, plan
 from tests.operator.fake_kube import FakeKube
-from tests.operator.test_cycle import POD_NS, cycle_on, status_of
+from tests.operator.test_cycle import POD_NS, cycle_on
 
 GATE = "gpuplan.ragnaros.io/gang"
 
@@ -133,100 +133,14 @@ def prepared(deployments: int, delta: dict[tuple[str, str], int], gang: Gang = G
     return SimpleNamespace(spec=SimpleNamespace(deploy=True, gang=gang), writes=writes, delta=delta)
 
 
-def test_only_gang_plans_of_many_deployments_may_claim_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nobody_claims_first_when_a_plan_of_the_cycle_gives_cards_up(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(actions, "_delta", lambda p: p.delta)
     big = prepared(actions.CLAIM_FIRST, {("n", "nvidia.com/gpu"): 8})
     small = prepared(actions.CLAIM_FIRST - 1, {("m", "nvidia.com/gpu"): 8})
     loose = prepared(actions.CLAIM_FIRST, {("k", "nvidia.com/gpu"): 8}, Gang.NONE)
     assert actions.claims_first([big, small, loose]) == [big]
-
-
-class Releasing:
-    """A service whose releases land (or are refused), in the order they are asked for."""
-
-    def __init__(self, refused: bool = False) -> None:
-        self.refused = refused
-        self.released: list[str] = []
-
-    def release(self, p: Any, units: Any) -> bool:
-        self.released.append(p.plan.uid)
-        return not self.refused
-
-
-@pytest.mark.parametrize("refused", [False, True])
-def test_a_plan_claims_first_beside_one_that_gives_cards_up_only_once_that_one_said_what_it_keeps(
-    monkeypatch: pytest.MonkeyPatch, refused: bool
-) -> None:
-    monkeypatch.setattr(actions, "_delta", lambda p: p.delta)
-    big = prepared(actions.CLAIM_FIRST, {("n", "nvidia.com/gpu"): 8})
-    big.plan, big.claim_first = SimpleNamespace(uid="big", status={}), False
-    shrinking = prepared(1, {("n", "nvidia.com/gpu"): -8, ("m", "nvidia.com/gpu"): 4})
-    shrinking.plan, shrinking.units = SimpleNamespace(uid="shrinking", status={}), {}
-    service = Releasing(refused)
-    first = actions.claim_first(service, [big, shrinking])  # type: ignore[arg-type]
-    assert service.released == ["shrinking"]  # the giver's status, before any claim
-    assert big.claim_first is not refused
-    assert first == (set() if refused else {"shrinking"})
-
-    alone = prepared(actions.CLAIM_FIRST, {("n", "nvidia.com/gpu"): 8})
-    alone.plan, alone.claim_first = SimpleNamespace(uid="alone", status={}), False
-    service = Releasing()
-    assert actions.claim_first(service, [alone]) == set()  # type: ignore[arg-type]
-    assert alone.claim_first and service.released == []
-
-
-class CollectingKube(ReplicaSetKube):
-    """:class:`ReplicaSetKube` whose garbage collector removes a deleted Deployment's pods at once."""
-
-    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        out = super().request(method, path, **kw)
-        if method == "DELETE" and "/deployments/" in path and self.cache is not None:
-            gone = path.rsplit("/", 1)[-1]
-            for pod in self.items(POD_NS):
-                if pod["metadata"]["name"].startswith(f"{gone}-"):
-                    del self.objects[(POD_NS, pod["metadata"]["name"])]
-                    self.cache.pods.forget(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
-        return out
-
-
-def test_a_higher_plan_arriving_beside_one_that_shrinks_has_its_gates_lifted_while_it_is_written(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(actions, "CLAIM_FIRST", 2)
-    monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
-    kube = CollectingKube(delay=0.05)
-    for i in range(6):
-        kube.put(NODES, node(f"p4-{i}"))
-    flex = {"face_feature_extract": {"P4": {"min": 8, "max": 48}}}
-    kube.put(PLANS_NS, plan("flex", deploy=True, requests=flex))
-    cycle, cache = cycle_on(kube)
-    kube.cache = cache
-    cycle.run()
-    assert status_of(kube, "flex")["cardsPlaced"] == 48
-
-    requests = {op: {"P4": 8} for op in ("face_feature_extract", "body_feature_extract", "face_1vn")}
-    kube.put(PLANS_NS, plan("high", deploy=True, priority=10, requests=requests))
-    cache.plans.replace(kube.request("GET", f"/{PLANS_NS}")["items"])
-    writes = len(kube.writes)
-    cycle.run()
-
-    assert status_of(kube, "flex")["cardsPlaced"] == 24 and status_of(kube, "high")["phase"] == "Applied"
-    after = kube.writes[writes:]
-    at: dict[str, list[int]] = {"flex": [], "high": [], "deployments": [], "lifts": []}
-    for i, (_, path) in enumerate(after):
-        if path.endswith("/gpuallocationplans/flex/status"):
-            at["flex"].append(i)
-        elif path.endswith("/gpuallocationplans/high/status"):
-            at["high"].append(i)
-        elif "/deployments/high-" in path:
-            at["deployments"].append(i)
-        elif "/pods/high-" in path:
-            at["lifts"].append(i)
-    assert at["lifts"] and len(at["deployments"]) >= 4, after
-    # flex (its Deployments go from 8 cards to 4) first says in status what it keeps, then high
-    # claims, then high's Deployments, its gates lifted while they are still being written
-    assert at["flex"][0] < at["high"][0] < at["deployments"][0]
-    assert at["lifts"][0] < at["deployments"][-1]
+    shrinking = prepared(1, {("n", "nvidia.com/gpu"): -4, ("m", "nvidia.com/gpu"): 4})
+    assert actions.claims_first([big, shrinking]) == []
 
 
 def test_meanwhile_runs_during_a_long_wave_and_never_after_the_last() -> None:
@@ -297,16 +211,13 @@ def moving(name: str, old: dict[str, int], new: dict[str, int]) -> Any:
         return {n: {"nvidia.com/gpu": k} for n, k in held.items()}
 
     return SimpleNamespace(
-        name=name, units=units(new), plan=SimpleNamespace(uid=name, status={"applied": {"units": units(old)}})
+        name=name, units=units(new), plan=SimpleNamespace(status={"applied": {"units": units(old)}})
     )
 
 
-def rounds(prepared: list[Any], released_first: tuple[str, ...] = ()) -> list[list[tuple[str, str]]]:
+def rounds(prepared: list[Any]) -> list[list[tuple[str, str]]]:
     names = {id(p): p.name for p in prepared}
-    return [
-        [(step.value, names[id(p)]) for step, p in group]
-        for group in actions.release_rounds(prepared, released_first)
-    ]
+    return [[(step.value, names[id(p)]) for step, p in group] for group in actions.release_rounds(prepared)]
 
 
 def test_statuses_of_plans_that_wait_on_nobody_are_written_in_one_round() -> None:
@@ -321,15 +232,12 @@ def test_a_plan_taking_what_another_gives_up_writes_its_status_after_it() -> Non
     b = moving("b", {"y": 2}, {"z": 2})  # b gives y up, a takes it: b first
     c = moving("c", {"w": 1}, {"v": 1})  # waits on nobody
     assert rounds([a, b, c]) == [[("complete", "b"), ("complete", "c")], [("complete", "a")]]
-    # b already wrote what it keeps (a claim went first): nobody waits for it
-    assert rounds([a, b, c], ("b",)) == [[("complete", "a"), ("complete", "b"), ("complete", "c")]]
 
 
 def test_plans_swapping_nodes_are_broken_open_by_a_release_of_their_own() -> None:
     a = moving("a", {"x": 1}, {"y": 1})
     b = moving("b", {"y": 1}, {"x": 1})
     assert rounds([a, b]) == [[("release", "a")], [("complete", "b")], [("complete", "a")]]
-    assert rounds([a, b], ("a", "b")) == [[("complete", "a"), ("complete", "b")]]
 
 
 def test_plans_whose_units_stay_write_their_status_after_every_plan_that_moved() -> None:

@@ -22,13 +22,12 @@ is asked for more cards than it has. Then labels, classes, the ConfigMap, claim 
 Deployments, plans side by side, and the statuses in :func:`release_rounds` (side by side
 where no plan waits on another).
 
-A plan that writes many Deployments with the gang gate (a new plan of thousands of pods, a
-higher-priority plan arriving) *claims first* (:func:`claim_first`): its ``status.applied`` is
-written before its Deployments, and while they are written the cycle lifts the gates of the pods
-made so far (:mod:`..apply`'s ``meanwhile``), so creating the plan's pods and scheduling them
-overlap instead of one waiting for the other. When plans of the cycle give cards up, each first
-writes in status what it keeps, so that no claim counts on cards still claimed. The gates still
-open only once the whole plan fits, against the claimed placement and the pods on the nodes.
+A plan that writes many Deployments with the gang gate (a new plan of thousands of pods) and takes
+no card another plan of the cycle gives up *claims first* (:func:`claims_first`): its
+``status.applied`` is written before its Deployments, and while they are written the cycle lifts
+the gates of the pods made so far (:mod:`..apply`'s ``meanwhile``), so creating the plan's pods
+and scheduling them overlap instead of one waiting for the other. The gates still open only once
+the whole plan fits, against the claimed placement.
 """
 
 from __future__ import annotations
@@ -178,7 +177,8 @@ def hand_over(
     for p in prepared:
         if (failed := service.hand_over(p)) is not None:
             outcomes[p.plan.uid] = failed
-    released_first = claim_first(service, [p for p in prepared if p.plan.uid not in outcomes])
+    for p in claims_first(prepared):
+        p.claim_first = True
     with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-apply") as pool:
         for p, failed in zip(prepared, pool.map(in_context(service.write_rest), prepared), strict=True):
             if failed is not None:
@@ -192,7 +192,7 @@ def hand_over(
         return service.complete(p)
 
     with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-status") as pool:
-        for group in release_rounds(prepared, released_first):
+        for group in release_rounds(prepared):
             group = [(step, p) for step, p in group if p.plan.uid not in outcomes]
             for (_, p), outcome in zip(group, pool.map(in_context(finish), group), strict=True):
                 if outcome is not None:
@@ -201,45 +201,19 @@ def hand_over(
 
 
 def claims_first(prepared: Sequence[Prepared]) -> list[Prepared]:
-    """The plans that may write ``status.applied`` before their Deployments: gang plans writing
-    at least :data:`CLAIM_FIRST` of them (:func:`claim_first` decides whether they do)."""
-    return [
+    """The plans that write ``status.applied`` before their Deployments: gang plans writing at
+    least :data:`CLAIM_FIRST` of them, and only when no plan of the cycle gives cards up (then
+    the plans' ``applied`` never add up to more than a node has, whichever status lands first)."""
+    many = [
         p
         for p in prepared
         if p.spec.deploy
         and p.spec.gang is Gang.PLAN
         and sum(1 for w in p.writes if w.step is WriteStep.DEPLOYMENTS) >= CLAIM_FIRST
     ]
-
-
-def claim_first(service: PlanService, prepared: Sequence[Prepared]) -> set[str]:
-    """Mark the plans of :func:`claims_first` to claim their cards first, once their leaving
-    Deployments are gone (:meth:`PlanService.hand_over`); the uids of the plans whose status
-    already says they hold only what they keep.
-
-    A claim must never make the plans' ``applied`` units add up to more than a node has. When no
-    plan of the cycle gives cards up, none can. When some do, each of them first writes that it
-    holds only what it keeps (:func:`released`, side by side): after that every plan's
-    ``applied`` is what it keeps or its whole new placement, and the new placements fit
-    together. Then a higher-priority plan arriving beside one that shrinks has its gates lifted
-    while its Deployments are written, as a plan arriving alone does (before: every write of
-    both plans, both statuses, then the gates). When one of those releases fails, nobody claims
-    first (the statuses then go in :func:`release_rounds`' order, as before)."""
-    claimers = claims_first(prepared)
-    if not claimers:
-        return set()
-    givers = [p for p in prepared if any(d < 0 for d in _delta(p).values())]
-    if givers:
-
-        def release(p: Prepared) -> bool:
-            return service.release(p, released(p))
-
-        with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-status") as pool:
-            if not all(list(pool.map(in_context(release), givers))):
-                return set()
-    for p in claimers:
-        p.claim_first = True
-    return {p.plan.uid for p in givers}
+    if not many or any(d < 0 for p in prepared for d in _delta(p).values()):
+        return []
+    return many
 
 
 def _delta(prepared: Prepared) -> dict[tuple[str, str], int]:
@@ -277,9 +251,7 @@ def released(prepared: Prepared) -> dict[str, dict[str, int]]:
     return out
 
 
-def release_rounds(
-    prepared: Sequence[Prepared], released_first: Collection[str] = ()
-) -> list[list[tuple[Step, Prepared]]]:
+def release_rounds(prepared: Sequence[Prepared]) -> list[list[tuple[Step, Prepared]]]:
     """The order statuses are written in, as rounds whose statuses go side by side: a plan that
     gives units up on a node says so before any plan that takes units there, so that at every
     moment the plans' ``applied`` units, read together, fit the nodes (what the Deployments'
@@ -291,16 +263,14 @@ def release_rounds(
     gone, and its whole status after the others. Plans whose units did not change (only a score
     or a message: after a cordon, every plan but the ones that moved) neither free nor take
     anything: they go last, in a round of their own, so the patches that say where cards went do
-    not share the API server with them. Plans in ``released_first`` (uids) have written what they
-    keep already (:func:`claim_first`): no plan waits for them."""
+    not share the API server with them."""
     deltas = [_delta(p) for p in prepared]
     frees: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d < 0} for di in deltas]
     takes: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d > 0} for di in deltas]
     out: list[list[tuple[Step, Prepared]]] = []
     still = [j for j, di in enumerate(deltas) if not di]
     done: set[int] = set(still)
-    # plans whose releases are written (done, or released, in this order or before it)
-    freed: set[int] = set(still) | {j for j, p in enumerate(prepared) if p.plan.uid in released_first}
+    freed: set[int] = set(still)  # plans whose releases are written (done, or released)
     while len(done) < len(prepared):
         waiting = [j for j in range(len(prepared)) if j not in done]
         ready = [
