@@ -238,10 +238,21 @@ def _type_nodes(spec: PlanSpec, snap: Snapshot, resource: ResourceType, zones: b
     free: dict[str, int] = {}
     zoned: set[str] = set()
     notes: list[str] = []
+    rn = resource.resource_name
+    # free units by node shape: nodes read alike share their allocatable tuple (parse_nodes) and,
+    # with nothing used on them, have the same free units. At 65,000 nodes in 6 shapes, the 4
+    # types' nodes took 59 ms asked one by one, 43 ms so (median of 15, load 3.3)
+    shapes: dict[int, int] = {}
     for n in usable:
-        found = _gpu_domains(n, resource, spec, zones) if gpus else None
+        detail = gpus and (n.devices or n.topology is not None)  # else _gpu_domains has none
+        found = _gpu_domains(n, resource, spec, zones) if detail else None
         if found is None:
-            free[n.name] = n.free(resource.resource_name)
+            if n.used:
+                free[n.name] = n.free(rn)
+            elif (f := shapes.get(id(n.allocatable))) is not None:
+                free[n.name] = f
+            else:
+                free[n.name] = shapes[id(n.allocatable)] = n.free(rn)
             continue
         domains[n.name], free[n.name], numa, note = found
         if numa:
