@@ -250,3 +250,24 @@ def test_a_min_that_splits_but_does_not_place_is_met_by_a_larger_count_that_does
     assert a.admitted and b.admitted, b.reason
     assert [(g.cards, g.why) for g in b.grants] == [(4, None)]
     assert [(x.instances, x.units) for x in b.result.allocations] == [(2, 2)]
+
+
+def test_a_plans_view_of_a_type_gives_its_own_cards_back_and_works_its_nodes_out_when_read() -> None:
+    from planner.model.options import TypeProblem
+    from planner.model.spec import ResourceKind, ResourceType
+    from planner.share.answers import Residual
+
+    gpu = ResourceType("P4", ResourceKind.GPU, "nvidia.com/gpu", (("gpuplan.ragnaros.io/gpu-type", "P4"),))
+    problem = TypeProblem(gpu, (("a", 8), ("b", 6), ("c", 3)), ())
+    residual = Residual({"a": {"nvidia.com/gpu": 8}, "b": {"nvidia.com/gpu": 2, "cpu": 4000}})
+    for own, nodes in (
+        ({"a": 3}, (("a", 3), ("b", 4), ("c", 3))),
+        ({"a": 8, "b": 1}, (("a", 8), ("b", 5), ("c", 3))),  # a node back at its most: the largest
+        ({}, (("a", 0), ("b", 4), ("c", 3))),
+    ):
+        left = residual.of(problem, own)
+        assert left.size == 3 and "nodes" not in vars(left)  # not worked out to read the largest
+        assert left.largest == max(f for _, f in nodes)
+        assert left.nodes == nodes
+        other = residual.of(problem, own).with_items(problem.items)
+        assert other.nodes == nodes and other.largest == left.largest and other == left
