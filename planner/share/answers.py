@@ -20,7 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from planner.base.codes import Method, SolveStatus
-from planner.model.options import Item, TypeProblem, build_item
+from planner.model.options import Item, TypeProblem, build_item, total
 from planner.model.result import Allocation, Placement, PlanResult, TypeStats
 from planner.model.result import Previous as PlanPrevious
 from planner.model.spec import PlanSpec, Request, ResourceKind, Snapshot
@@ -274,7 +274,7 @@ def _from_joint(
     allocations: list[Allocation] = []
     kept_problems: list[TypeProblem] = []
     stats: list[TypeStats] = []
-    score = Fraction(0)
+    scores: list[Fraction] = []
     for pr in problems:
         largest = pr.largest
         items: list[Item] = []
@@ -292,7 +292,7 @@ def _from_joint(
             items.append(one)
             choice.append(s)
             nodes.append(dict(where))
-            score += one.splits[s].score
+            scores.append(one.splits[s].score)
         problem = pr.with_items(tuple(items))
         pp = joint.get(pr.resource.name)
         grown = pp.grown if pp is not None else None
@@ -307,6 +307,7 @@ def _from_joint(
                 0.0, 0, problem.upper_bound,
             )
         )  # fmt: skip
+    score = total(scores)
     groups = layout(spec, allocations) if concerned(spec, allocations) else []
     warnings = (*(n for pr in kept_problems for n in pr.zone_notes), *cpu_warnings(kept_problems, groups))
     return PlanResult(
