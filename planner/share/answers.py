@@ -14,7 +14,7 @@ its counts fixed and the joint placement as its previous plan.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
 from fractions import Fraction
 from typing import Any
@@ -187,45 +187,63 @@ class Residual:
 
     def __init__(self, used: Mapping[str, Mapping[str, int]]) -> None:
         self.used = used
-        self.base: dict[int, tuple[list[tuple[str, int]], dict[str, int], int, int]] = {}
+        self.free: dict[int, tuple[dict[str, int], int]] = {}
+        self.base: dict[int, tuple[list[tuple[str, int]], dict[str, int], int]] = {}
 
-    def of(
-        self, problem: TypeProblem, pool: Pool, placed: Mapping[str, tuple[int, NodeCounts]], plan: int
-    ) -> Left:
+    def of(self, problem: TypeProblem, pool: Pool, placed: Placed, plan: int) -> Left:
         """``problem`` on what the plans hold, with what ``plan``'s entries ``placed`` in ``pool``
         hold given back (see :func:`planner.share.pools.held_in`)."""
+        key = id(problem.nodes)
+        if key not in self.free:
+            free = dict(problem.nodes)
+            self.free[key] = (free, max(free.values(), default=0))
+        free, top = self.free[key]
+        taken = self.taken(problem)
+        most = _most(free, taken, top, pool, placed, plan)
+        if most is None or most < top:  # no node back at its most: every node's leftovers count
+            largest = self.left(problem)[2]
+            most = largest if most is None else max(most, largest)
+        return Left.make(problem, (self, problem, (pool, placed, plan)), most)
+
+    def taken(self, problem: TypeProblem) -> Callable[[str], int]:
+        """node -> the units of ``problem``'s type every plan holds there (CPU in cores)."""
         rn = problem.resource.resource_name
         per = 1000 if problem.resource.kind is ResourceKind.CPU else 1
+        used = self.used
+        return lambda n: used[n].get(rn, 0) // per if n in used else 0
+
+    def left(self, problem: TypeProblem) -> tuple[list[tuple[str, int]], dict[str, int], int]:
+        """``problem``'s nodes with what every plan holds taken, their index by name, and the most
+        free units of one of them: worked out once per node list, when first asked."""
         key = id(problem.nodes)
         if key not in self.base:
-            used = self.used
-            nodes = [(n, f - used[n].get(rn, 0) // per if n in used else f) for n, f in problem.nodes]
+            taken = self.taken(problem)
+            nodes = [(n, f - taken(n)) for n, f in problem.nodes]
             largest = max((f for _, f in nodes), default=0)
-            top = max((f for _, f in problem.nodes), default=0)
-            self.base[key] = (nodes, {n: i for i, (n, _) in enumerate(nodes)}, largest, top)
-        nodes, index, largest, top = self.base[key]
-        if largest < top:
-            largest = _most(nodes, index, largest, top, pool, placed, plan)
-        return Left.make(problem, (nodes, index, (pool, placed, plan)), largest)
+            self.base[key] = (nodes, {n: i for i, (n, _) in enumerate(nodes)}, largest)
+        return self.base[key]
 
 
 def _most(
-    nodes: Sequence[tuple[str, int]],
-    index: Mapping[str, int],
-    largest: int,
+    free: Mapping[str, int],
+    taken: Callable[[str], int],
     top: int,
     pool: Pool,
-    placed: Mapping[str, tuple[int, NodeCounts]],
+    placed: Placed,
     plan: int,
-) -> int:
-    """The most free units of one of ``nodes`` (``largest`` at least) once ``plan``'s own are
-    given back, summed node by node as :func:`planner.share.pools.held_in` sums them.
+) -> int | None:
+    """The most free units of one of ``plan``'s nodes (None: it holds none) with what every plan
+    holds there taken and its own given back, summed node by node as
+    :func:`planner.share.pools.held_in` sums them.
 
     A node with its own given back has at most its free units with no plan's counted (``top``
     at most): the plan's placements are read only until a node reaches that, which most plans'
-    first nodes do. Summed whole first (777 nodes a plan and type, 50 plans of 4 types at 65,000
-    nodes), answering took 23 ms longer (placed_result 187 ms against 164, load 5)."""
+    first nodes do, and then no other node needs a look. Summing them whole first (777 nodes a
+    plan and type, 50 plans of 4 types at 65,000 nodes), answering took 23 ms longer
+    (placed_result 187 ms against 164, load 5); working out every type's leftovers node by
+    node for it (4 types of 16,250 nodes), Residual.of took 51 ms against 25 (3 runs, load 5)."""
     held: dict[str, int] = {}
+    most = None
     for e in pool.of(plan):
         got = placed.get(e.label)
         if got is None:
@@ -235,12 +253,12 @@ def _most(
             if not k:
                 continue
             held[node] = mine = held.get(node, 0) + k * units
-            i = index.get(node)
-            if i is not None and nodes[i][1] + mine > largest:
-                largest = nodes[i][1] + mine
-                if largest >= top:
-                    return largest
-    return largest
+            f = free.get(node)
+            if f is not None and (most is None or f - taken(node) + mine > most):
+                most = f - taken(node) + mine
+                if most >= top:
+                    return most
+    return most
 
 
 class Left(TypeProblem):
@@ -250,20 +268,20 @@ class Left(TypeProblem):
     A plan's answer needs of them only their count and the most free units of one node (its
     splits); its explanation reads them all, a JSON answer none. Made up front, for every plan
     and type (50 plans of 4 types of 16,250 nodes at 65,000 nodes), they and the largest read
-    off them took 133 ms of answering; 50 ms so, the largest read as below (load 6).
+    off them took 133 ms of answering (load 6); 25 ms so, the largest read as below (load 5).
     """
 
     @classmethod
     def make(
         cls,
         problem: TypeProblem,
-        pending: tuple[Sequence[tuple[str, int]], Mapping[str, int], tuple[Pool, Placed, int]],
+        pending: tuple[Residual, TypeProblem, tuple[Pool, Placed, int]],
         largest: int,
         items: tuple[Item, ...] | None = None,
     ) -> Left:
-        """``problem`` (with ``items``, if given) on ``pending``: the nodes with every plan's
-        cards taken, their index by name, and the pool, placements and plan whose own units
-        are given back (:func:`planner.share.pools.held_in`)."""
+        """``problem`` (with ``items``, if given) on ``pending``: every plan's leftovers of the
+        type's nodes, and the pool, placements and plan whose own units are given back
+        (:func:`planner.share.pools.held_in`)."""
         given = {f.name: getattr(problem, f.name) for f in fields(problem) if f.init and f.name != "nodes"}
         out = cls(nodes=(), **(given if items is None else given | {"items": items}))
         del vars(out)["nodes"]  # read through __getattr__, made on first read
@@ -277,14 +295,15 @@ class Left(TypeProblem):
     @property
     def size(self) -> int:
         """How many nodes, without working them out."""
-        return len(vars(self)["pending"][0])
+        return len(vars(self)["pending"][1].nodes)
 
     def __getattr__(self, name: str) -> Any:
         """``nodes``, on first read: the plan's own units added back to every plan's leftovers."""
         pending = vars(self).get("pending")
         if name != "nodes" or pending is None:
             raise AttributeError(name)
-        base, index, (pool, placed, plan) = pending
+        residual, source, (pool, placed, plan) = pending
+        base, index, _ = residual.left(source)
         mine = list(base)
         for node, units in held_in(pool, placed, plan).items():
             i = index.get(node)
