@@ -223,9 +223,13 @@ def allocations_of(problem: TypeProblem, out: Outcome) -> list[Allocation]:
     assert out.choice is not None and out.nodes is not None
     allocations = []
     zone_of = _zone_of(problem) if problem.zoned else {}
+    # per item: its devices and straddling, when the search chose devices (read once, not
+    # remade for every item: 50 plans read off a joint answer make 8,000 allocations)
+    every_devices = out.devices or [{}] * len(problem.items)
+    every_straddling = out.straddling or [0] * len(problem.items)
     for it in problem.items:
         split = it.splits[out.choice[it.index]]
-        devices = (out.devices or [{}] * len(problem.items))[it.index]
+        devices = every_devices[it.index]
         named = {n: lists for n, lists in devices.items() if n not in problem.zoned}
         # without DRA the cards have no names: each instance records the zone(s) it counted on
         zones = {
@@ -242,9 +246,11 @@ def allocations_of(problem: TypeProblem, out: Outcome) -> list[Allocation]:
                 units=split.units,
                 nodes=tuple(sorted(out.nodes[it.index].items())),
                 term=split.score,
-                devices=tuple(sorted((n, tuple(tuple(i) for i in lists)) for n, lists in named.items())),
-                straddling=(out.straddling or [0] * len(problem.items))[it.index],
-                zones=tuple(sorted(zones.items())),
+                devices=tuple(sorted((n, tuple(tuple(i) for i in lists)) for n, lists in named.items()))
+                if named
+                else (),
+                straddling=every_straddling[it.index],
+                zones=tuple(sorted(zones.items())) if zones else (),
             )
         )
     return allocations
