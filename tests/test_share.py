@@ -253,6 +253,8 @@ def test_a_min_that_splits_but_does_not_place_is_met_by_a_larger_count_that_does
 
 
 def test_a_plans_view_of_a_type_gives_its_own_cards_back_and_works_its_nodes_out_when_read() -> None:
+    from dataclasses import replace
+
     from planner.base.strategies import Strategy, Topology
     from planner.model.options import TypeProblem
     from planner.model.spec import Request, ResourceKind, ResourceType
@@ -280,3 +282,5 @@ def test_a_plans_view_of_a_type_gives_its_own_cards_back_and_works_its_nodes_out
         assert left.nodes == nodes
         other = residual.of(problem, pool, placed, 0).with_items(problem.items)
         assert other.nodes == nodes and other.largest == left.largest and other == left
+        copied = replace(left, items=())  # a copy made the usual way has its nodes worked out
+        assert copied.nodes == nodes and copied.size == 3 and copied.with_items(()) == copied

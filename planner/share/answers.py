@@ -288,14 +288,18 @@ class Left(TypeProblem):
         vars(out).update(pending=pending, largest=largest)
         return out
 
-    def with_items(self, items: tuple[Item, ...]) -> Left:
+    def with_items(self, items: tuple[Item, ...]) -> TypeProblem:
         """The same nodes (worked out or not) with other items."""
-        return Left.make(self, vars(self)["pending"], self.largest, items)
+        pending = vars(self).get("pending")
+        if pending is None:  # made by dataclasses.replace: its nodes are worked out
+            return replace(self, items=items)
+        return Left.make(self, pending, self.largest, items)
 
     @property
     def size(self) -> int:
         """How many nodes, without working them out."""
-        return len(vars(self)["pending"][1].nodes)
+        pending = vars(self).get("pending")
+        return len(pending[1].nodes if pending is not None else self.nodes)
 
     def __getattr__(self, name: str) -> Any:
         """``nodes``, on first read: the plan's own units added back to every plan's leftovers."""
