@@ -30,7 +30,6 @@ from planner.model.result import Allocation, Conflict, PlanResult, TypeStats, ga
 from planner.model.result import Previous as PreviousPlan
 from planner.model.spec import PlanSpec, ResourceKind, Snapshot
 from planner.node.pods import concerned, cpu_by_node, cpu_note, cpu_warnings, layout
-from planner.search import bounds, patterns
 from planner.search.outcome import Outcome, Progress
 from planner.search.place import Previous, PreviousDevices, greedy_place, improvable, moved
 
@@ -82,6 +81,8 @@ def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool |
     sub = _subproblem(problem, subset)
     if greedy_place(sub, [0] * len(subset)) is not None:
         return True
+    from planner.search import bounds, patterns
+
     if bounds.refute_l2(sub) is not None:
         return False
     start = time.monotonic()
@@ -151,6 +152,8 @@ def _conflict(problem: TypeProblem, seconds: float, proof: Outcome | None) -> Co
                 break
         core = sorted(picked)
     else:
+        from planner.search import bounds
+
         refuted = bounds.refute_l2(problem) or (
             bounds.refute(problem, min(2.0, seconds / 4)) if proof is not None else None
         )
@@ -220,9 +223,13 @@ def allocations_of(problem: TypeProblem, out: Outcome) -> list[Allocation]:
     assert out.choice is not None and out.nodes is not None
     allocations = []
     zone_of = _zone_of(problem) if problem.zoned else {}
+    # per item: its devices and straddling, when the search chose devices (read once, not
+    # remade for every item: 50 plans read off a joint answer make 8,000 allocations)
+    every_devices = out.devices or [{}] * len(problem.items)
+    every_straddling = out.straddling or [0] * len(problem.items)
     for it in problem.items:
         split = it.splits[out.choice[it.index]]
-        devices = (out.devices or [{}] * len(problem.items))[it.index]
+        devices = every_devices[it.index]
         named = {n: lists for n, lists in devices.items() if n not in problem.zoned}
         # without DRA the cards have no names: each instance records the zone(s) it counted on
         zones = {
@@ -239,9 +246,11 @@ def allocations_of(problem: TypeProblem, out: Outcome) -> list[Allocation]:
                 units=split.units,
                 nodes=tuple(sorted(out.nodes[it.index].items())),
                 term=split.score,
-                devices=tuple(sorted((n, tuple(tuple(i) for i in lists)) for n, lists in named.items())),
-                straddling=(out.straddling or [0] * len(problem.items))[it.index],
-                zones=tuple(sorted(zones.items())),
+                devices=tuple(sorted((n, tuple(tuple(i) for i in lists)) for n, lists in named.items()))
+                if named
+                else (),
+                straddling=every_straddling[it.index],
+                zones=tuple(sorted(zones.items())) if zones else (),
             )
         )
     return allocations
@@ -294,6 +303,11 @@ def _solve(
     ub = problem.upper_bound
     if placed is not None:
         return Outcome(SolveStatus.OPTIMAL, best, placed, ub, ub), Method.FAST_PATH
+    # the bounds and the pattern model are loaded only for a type the greedy does not place:
+    # a plan command whose every type places at once never imports them (importing this module
+    # took 22 ms with them, 5 ms without, bytecode not cached: PYTHONDONTWRITEBYTECODE, load 5)
+    from planner.search import bounds, patterns
+
     start = time.monotonic()
     cheap = bounds.refute_l2(problem)
     if cheap is not None:

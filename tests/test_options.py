@@ -84,3 +84,12 @@ def test_divisors_pair_up_to_the_square_root() -> None:
     for p in range(0, 3000):
         assert divisors(p) == [k for k in range(1, p + 1) if p % k == 0], p
     assert divisors(1_000_000)[-3:] == [250_000, 500_000, 1_000_000]
+
+
+def test_scores_summed_by_denominator_are_the_sum_of_the_scores() -> None:
+    from planner.model.options import total
+
+    scores = [Fraction(k % 7, 1 + k % 5) - Fraction(k % 3, 16250) for k in range(200)]
+    assert total(scores) == sum(scores, Fraction(0))
+    assert total([]) == Fraction(0) and isinstance(total([]), Fraction)
+    assert total([Fraction(1, 3), Fraction(2, 3)]) == 1

