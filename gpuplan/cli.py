@@ -83,7 +83,7 @@ def _inputs(
 ) -> tuple[Snapshot, list[PlanSpec], list[Previous | None], int]:
     """The snapshot (no plan's cards counted), every plan to plan together, each plan's previous
     placement, and how many of those plans come before the files' (the cluster's own)."""
-    from gpuplan.lists import NODE_FIELDS, POD_FIELDS, load_list
+    from gpuplan.fields import NODE_FIELDS, POD_FIELDS, load_list
     from planner import snapshot
 
     previous = _previous_for(args, specs)
@@ -205,7 +205,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.output in ("json", "yaml"):
         doc = {"plans": [a.to_json(named=True) for a in mine]} if several else mine[0].to_json()
         if args.output == "json":
-            print(_json_text(doc))
+            print(_json_text(doc, large=len(snap.nodes) >= LARGE_ANSWER))
         else:
             import yaml
 
@@ -241,11 +241,23 @@ def _plan(args: argparse.Namespace) -> int:
     return code
 
 
-def _json_text(doc: Any) -> str:
-    """The answer as indented JSON, written by msgspec (C): at 65,000 nodes it names 165,000
-    nodes, a third of a second for the standard library's writer. The same text as
-    ``json.dumps(doc, indent=2)`` but for two spellings: non-ASCII characters are written as they
-    are (UTF-8), not escaped, and an exponent has no padding zero (``1e-7``, not ``1e-07``)."""
+# nodes from which an answer is written by msgspec: below, the standard library's writer costs
+# less than importing msgspec (2.7 ms for the 109 KB answer of 2,000 nodes; msgspec and what it
+# imports, 6-16 ms)
+LARGE_ANSWER = 10_000
+
+
+def _json_text(doc: Any, large: bool) -> str:
+    """The answer as indented JSON. A ``large`` one (a cluster of :data:`LARGE_ANSWER` nodes or
+    more) is written by msgspec (C): at 65,000 nodes it names 165,000 nodes, a third of a second
+    for the standard library's writer. The same text as ``json.dumps(doc, indent=2,
+    ensure_ascii=False)`` but for how msgspec spells a float with an exponent (``1.5e-7``,
+    ``0.00001``, ``1e16`` where the standard library writes ``1.5e-07``, ``1e-05``,
+    ``1e+16``: the same numbers; in an answer, only a tiny ``seconds``)."""
+    if not large:
+        import json
+
+        return json.dumps(doc, indent=2, ensure_ascii=False)
     import msgspec
 
     return msgspec.json.format(msgspec.json.encode(doc), indent=2).decode()
@@ -393,19 +405,22 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpuplan") -> int:
     if not getattr(args, "func", None):
         p.print_help()
         return EXIT_INVALID
-    from gpuplan.live import ClusterUnreachable
-
     try:
         code: int = args.func(args)
         return code
     except InvalidInput as e:
         print(f"{prog}: invalid input: {e}", file=sys.stderr)
         return EXIT_INVALID
-    except ClusterUnreachable as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return EXIT_UNREACHABLE
     except BrokenPipeError:
         return EXIT_PLAN
+    except Exception as e:
+        # raised only by gpuplan.live, so imported only once something imported that (a plan on
+        # files never does: it and what it imports were 1.7 ms of a 90 ms command)
+        live = sys.modules.get("gpuplan.live")
+        if live is not None and isinstance(e, live.ClusterUnreachable):
+            print(f"{prog}: {e}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+        raise
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ import re
 import signal
 import struct
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from functools import cache, partial
 from itertools import chain
@@ -61,31 +61,14 @@ from typing import Any
 import msgspec
 import yaml
 
-from gpuplan.documents import DuplicateKey, UniqueKeyLoader, one, parse, read_bytes
+from gpuplan.documents import DuplicateKey, UniqueKeyLoader
+from gpuplan.fields import LARGE, NODE_FIELDS, Fields, prune, read_generic
 from planner import InvalidInput
 
-LARGE = 1 << 20  # bytes: below this the generic reader is as fast, and reads every field
 # YAML items parsed together: a call amortised, and rapidyaml's tree stays in cache (the 65,000
 # nodes of kubectl's YAML, read in fresh processes, four pairs at load 4.6-5.6: 2.12-2.16 s CPU
 # at 125, 2.19-2.21 s at 500, once each node's status is cut down in the tree; 1000: 2.8 s)
 CHUNK = 125
-
-# What planner.read.parse reads of a Node (parse_nodes) and of a Pod (snapshot, pod_is_active,
-# pod_requests). None: the whole value; a dict: these keys of a mapping; a one-item list: each
-# element so. A value of another shape than expected is kept whole, for the planner to refuse.
-Fields = Mapping[str, Any] | list[Any] | None
-NODE_FIELDS: Fields = {
-    "kind": None,
-    "metadata": {"name": None, "labels": None},
-    "spec": {"taints": None, "unschedulable": None},
-    "status": {"allocatable": None},
-}
-_CONTAINERS = [{"resources": None}]
-POD_FIELDS: Fields = {
-    "kind": None,
-    "spec": {"nodeName": None, "containers": _CONTAINERS, "initContainers": _CONTAINERS},
-    "status": {"phase": None},
-}
 
 _DECODE = msgspec.json.Decoder()
 _ENCODE = msgspec.json.Encoder()
@@ -96,17 +79,6 @@ _ESCAPED_COLON = (b"\\u003a", b"\\u003A")
 
 class _Generic(Exception):
     """This text is for the generic reader."""
-
-
-def prune(value: Any, fields: Fields) -> Any:
-    """``value`` with only ``fields`` kept (a value of another shape is kept whole)."""
-    if fields is None:
-        return value
-    if isinstance(fields, list):
-        return [prune(v, fields[0]) for v in value] if isinstance(value, list) else value
-    if not isinstance(value, dict):
-        return value
-    return {k: value[k] if sub is None else prune(value[k], sub) for k, sub in fields.items() if k in value}
 
 
 def _from_json(data: bytes, fields: Fields) -> dict[str, Any]:
@@ -738,11 +710,6 @@ class _Worker:
             os.waitpid(self.pid, 0)
 
 
-def load_list(path: str, what: str, fields: Fields) -> Any:
-    """:func:`gpuplan.documents.load` for a node or pod list: ``path`` (``-``: standard input)."""
-    return read_list(read_bytes(path, what), "standard input" if path == "-" else path, what, fields)
-
-
 def read_list(data: bytes, source: str, what: str, fields: Fields) -> Any:
     """The list in ``data`` with each item cut down to ``fields``; read by the generic reader
     when the file is small or not what this reader expects (then cut down all the same)."""
@@ -762,11 +729,4 @@ def read_list(data: bytes, source: str, what: str, fields: Fields) -> Any:
             return _from_yaml(data, source, what, fields)
         except _Generic:
             pass
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(what, f"{source}: not UTF-8 text") from None
-    doc = one(parse(text, source, what), source, what)
-    if isinstance(doc, dict) and isinstance(doc.get("items"), list):  # the same answer, cut down
-        return doc | {"items": [prune(item, fields) for item in doc["items"]]}
-    return doc
+    return read_generic(data, source, what, fields)

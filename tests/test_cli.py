@@ -14,6 +14,7 @@ from gpuplan.cli import main
 from tests.helpers import node_list, plan_doc
 
 NODES = [("p4-000", "P4", 8), ("p4-001", "P4", 8), ("t4-000", "T4", 8)]
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: Any, nodes: Any = None, *args: str):  # type: ignore[no-untyped-def]
@@ -269,3 +270,35 @@ def test_an_operator_takes_every_key_strategy_and_topology_and_nothing_else() ->
     ]:
         with pytest.raises(InvalidInput, match=rf"operators\[0\]\.{field}: must be "):
             operator(**{"keyStrategy": "machine", field: value})
+
+
+def test_a_plan_on_small_files_loads_none_of_the_large_readers_and_writes_the_same_json() -> None:
+    """Started once for every plan: msgspec, rapidyaml and the large-list readers are for
+    large clusters, and the cluster client for a live one. The answer's text is the one msgspec
+    writes for large clusters."""
+    import subprocess
+    import sys
+
+    from gpuplan import cli
+
+    probe = (
+        "import sys, io, contextlib; from gpuplan.cli import main; out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out): code = main(sys.argv[1:])\n"
+        "loaded = sorted(m for m in ('msgspec', 'ryml', 'gpuplan.lists', 'gpuplan.live', 'kubernetes')"
+        " if m in sys.modules)\n"
+        "print(__import__('json').dumps({'code': code, 'loaded': loaded, 'out': out.getvalue()}))\n"
+    )
+    args = [
+        "plan",
+        str(EXAMPLES / "image-fence.yaml"),
+        "--nodes",
+        str(EXAMPLES / "nodes.yaml"),
+        "-o",
+        "json",
+        "-q",
+    ]
+    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True)
+    seen = json.loads(done.stdout)
+    assert seen["code"] == 0 and seen["loaded"] == []
+    doc = json.loads(seen["out"])
+    assert seen["out"].rstrip("\n") == cli._json_text(doc, large=True)  # msgspec's text, byte for byte

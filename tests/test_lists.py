@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from gpuplan import lists
 from gpuplan.documents import load
-from gpuplan.lists import NODE_FIELDS, POD_FIELDS, prune, read_list
+from gpuplan.fields import NODE_FIELDS, POD_FIELDS, prune
+from gpuplan.lists import read_list
 from planner.base.errors import InvalidInput
 from planner.read.parse import snapshot
 
@@ -162,7 +163,7 @@ def test_kubectl_nodes_and_the_examples_read_the_same(
         def generic(*args: Any) -> Any:
             raise AssertionError("read by the generic reader")
 
-        m.setattr(lists, "one", generic)
+        m.setattr(lists, "read_generic", generic)
         fast = read_list(data, "f", "nodes", NODE_FIELDS)
     assert fast == expected(data, NODE_FIELDS)
     assert len(fast["items"]) == 9 and "images" not in json.dumps(fast)
@@ -256,8 +257,10 @@ def test_what_the_fast_reader_does_not_expect_goes_to_the_generic_reader(text: s
     assert read_list(data, "f", "nodes", NODE_FIELDS) == expected(data, NODE_FIELDS)
 
 
-def test_a_small_list_is_read_by_the_generic_reader_and_cut_down(tmp_path: Path) -> None:
-    lists.LARGE = 1 << 20
+def test_a_small_list_is_read_by_the_generic_reader_and_cut_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lists, "LARGE", 1 << 20)
     data = NODES_OK.encode()
     labels = read_list(data, "f", "nodes", NODE_FIELDS)["items"][1]["metadata"]["labels"]
     assert labels == {"gpu": "P4", "zone": "z1"}
@@ -268,7 +271,7 @@ def test_a_small_list_is_read_by_the_generic_reader_and_cut_down(tmp_path: Path)
 
 def test_json_written_longer_than_thrice_its_yaml_is_still_read(monkeypatch: pytest.MonkeyPatch) -> None:
     data = ("items:\n" + "- a:\n  b:\n" * 5 + "kind: List\n").encode()
-    monkeypatch.setattr(lists, "one", lambda *args: pytest.fail("read by the generic reader"))
+    monkeypatch.setattr(lists, "read_generic", lambda *args: pytest.fail("read by the generic reader"))
     assert read_list(data, "f", "nodes", NODE_FIELDS) == {"kind": "List", "items": [{}] * 5}
 
 

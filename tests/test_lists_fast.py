@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuplan import lists
-from gpuplan.lists import NODE_FIELDS, read_list
+from gpuplan.fields import NODE_FIELDS
+from gpuplan.lists import read_list
 from tests.test_lists import TRICKY, expected, read_or_refuse
 
 
