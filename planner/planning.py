@@ -81,12 +81,14 @@ def _feasible(problem: TypeProblem, subset: list[int], seconds: float) -> bool |
     sub = _subproblem(problem, subset)
     if greedy_place(sub, [0] * len(subset)) is not None:
         return True
-    from planner.search import bounds, patterns
+    from planner.search import bounds
 
     if bounds.refute_l2(sub) is not None:
         return False
     start = time.monotonic()
-    if patterns.eligible(sub):
+    if sub.pure_packing:
+        from planner.search import patterns
+
         share = _packing_share(sub)
         pk = patterns.solve(sub, seconds * share)
         if pk.nodes is not None:
@@ -306,14 +308,16 @@ def _solve(
     # the bounds and the pattern model are loaded only for a type the greedy does not place:
     # a plan command whose every type places at once never imports them (importing this module
     # took 22 ms with them, 5 ms without, bytecode not cached: PYTHONDONTWRITEBYTECODE, load 5)
-    from planner.search import bounds, patterns
+    from planner.search import bounds
 
     start = time.monotonic()
     cheap = bounds.refute_l2(problem)
     if cheap is not None:
         return Outcome(SolveStatus.INFEASIBLE, notes=[cheap.reason]), Method.BOUND
     progress_note, share = None, 0.0
-    if patterns.eligible(problem):
+    if problem.pure_packing:
+        from planner.search import patterns
+
         # a pure packing (one split each): the pattern model finds or refutes it, most often at
         # once; what it leaves undecided goes to the exact search with the time that is left,
         # when that search has a model small enough to be worth building

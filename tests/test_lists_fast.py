@@ -145,6 +145,15 @@ CASES = {
     "a key given twice in two chunks": NODES.replace("name: n1\n", "name: n1\n    name: x\n").replace(
         "name: n8\n", "name: n8\n    name: y\n"
     ),
+    "a NEL in a quoted value, late": NODES.replace(
+        "zone: z1\n- kind: Node\n  metadata:\n    name: n7",
+        "zone: 'a\u0085  b'\n- kind: Node\n  metadata:\n    name: n7",
+    ),
+    "an LS in a quoted key": NODES.replace("      zone: z1\n", "      'z\u2028  x': z1\n", 1),
+    "a PS in a plain value": NODES.replace(
+        "zone: z1\n- kind: Node\n  metadata:\n    name: n3",
+        "zone: a\u2029b\n- kind: Node\n  metadata:\n    name: n3",
+    ),
     "a chunk rapidyaml refuses in a later chunk": NODES.replace(
         "zone: z1\n- kind: Node\n  metadata:\n    name: n8",
         "zone: [z1\n- kind: Node\n  metadata:\n    name: n8",

@@ -94,6 +94,14 @@ class TypeProblem:
     usable: tuple[Node, ...] = field(default=(), compare=False, repr=False)
 
     @property
+    def pure_packing(self) -> bool:
+        """Every request has one split, and none needs several distinct nodes: a bin packing
+        (:mod:`planner.search.patterns` packs or refutes it)."""
+        return bool(self.items) and all(
+            len(it.splits) == 1 and (not it.distinct or it.splits[0].instances == 1) for it in self.items
+        )
+
+    @property
     def topology_aware(self) -> bool:
         return bool(self.domains)
 

@@ -42,11 +42,14 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planner.model.options import TypeProblem
-from planner.search import arcflow, branch, fixing
 from planner.search.bounds import Bins, LpBound, bins_of, l2, lp_bound, refute_lp
 from planner.search.place import NodeCounts
+
+if TYPE_CHECKING:  # the arc-flow model is imported by the one function that builds it
+    from planner.search import arcflow
 
 Column = tuple[int, tuple[int, ...]]  # (class, instances per size)
 MAX_BACKTRACKS = 40  # a dive gives up after undoing this many choices
@@ -67,9 +70,7 @@ BRANCH_LATE = 0.85  # ... or until this share of the whole time, on a graph that
 
 def eligible(problem: TypeProblem) -> bool:
     """A pure packing: every request has one split, and none needs several distinct nodes."""
-    return bool(problem.items) and all(
-        len(it.splits) == 1 and (not it.distinct or it.splits[0].instances == 1) for it in problem.items
-    )
+    return problem.pure_packing
 
 
 @dataclass
@@ -360,6 +361,11 @@ def _arcflow(
     taken to its optimum for the sharpest duals; the LP so settled is handed back (it may refute,
     and its columns steer the dive). None: the model was not tried.
     """
+    # the arc-flow model, its reduction and its branch and bound: imported only here, where a
+    # packing is hard enough to reach them (a plan whose type is no pure packing never does:
+    # 3.8 ms of every such command, modules compiled)
+    from planner.search import arcflow, branch, fixing
+
     if deadline - time.monotonic() < 0.1 or bins.largest * len(bins.sizes) > FIXING_CELLS:
         return None, lp
     built = arcflow.graphs(bins, FIXING_ARCS)
