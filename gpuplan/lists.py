@@ -255,9 +255,13 @@ _ROLES = bytes(
 _RESERVED_PAIRS = (b"\x01\x02", b"\x01\x03", b"\x03\x02", b"\x03\x03")
 
 
-# the roles with one more: a byte that may start an anchor, alias, tag or merge, or a tab (bit 7,
-# out of reach of the shift below)
-_SCAN = bytes(r | (128 if chr(b) in "&*!<\t" else 0) for b, r in enumerate(_ROLES))
+# the roles with one more: a byte that may start an anchor, alias, tag or merge, a tab, or the
+# first byte (in UTF-8) of a line break only PyYAML knows (bit 7, out of reach of the shift below)
+_SCAN = bytes(r | (128 if chr(b) in "&*!<\t" or b in (0xC2, 0xE2) else 0) for b, r in enumerate(_ROLES))
+# YAML 1.1's other line breaks, NEL, LS and PS: PyYAML folds one inside a quoted scalar (to a
+# space, as a newline), rapidyaml keeps it as a character. A chunk with one is read by PyYAML
+# (found by the fuzz of pod lists: a nodeName of '\x85' read as '\x85      ' against ' ')
+_BREAKS = (b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9")
 
 
 def _reserved_start(text: bytes) -> bool:
@@ -268,8 +272,8 @@ def _reserved_start(text: bytes) -> bool:
 
 
 def _scan(text: bytes) -> tuple[bool, bool]:
-    """Whether ``text`` may hold what is not plain (:data:`_RARE`'s first bytes), and whether it
-    holds a reserved start.
+    """Whether ``text`` may hold what is not plain (:data:`_RARE`'s first bytes, or the first
+    byte of one of :data:`_BREAKS`), and whether it holds a reserved start.
 
     One pass: every byte's role (one translate), then each role beside the next one's, shifted
     so that "may come before" meets "may not start" in the lowest bit (numpy, a few MB at a
@@ -466,7 +470,7 @@ class _YamlChunks:
         first, stop, group = chunk_at
         chunk = self.data[first:stop]
         rare, reserved = _scan(chunk)
-        if reserved or (rare and any(map(_holds(chunk), _RARE))):
+        if reserved or (rare and any(map(_holds(chunk), _RARE + _BREAKS))):
             return None
         try:
             tree = self._parse(chunk)
@@ -498,7 +502,8 @@ class _YamlChunks:
         rare, reserved = _scan(chunk)
         if rare and any(map(_holds(chunk), _RARE)):
             raise _Generic  # anchors, aliases, tags, merges or tabs: the generic reader
-        if reserved:  # these few thousand items by PyYAML, as the generic reader would
+        if reserved or (rare and any(map(_holds(chunk), _BREAKS))):
+            # these few thousand items by PyYAML, as the generic reader would
             doc = _pyyaml(chunk, partial(data.count, b"\n", 0, first), source, what)
             if not isinstance(doc, list) or len(doc) != len(group):
                 raise _Generic
