@@ -1,8 +1,9 @@
 """5. The operator dies mid-apply and is restarted: it converges, with no duplicate or stale output.
 
 The crash is real and deterministic: ``GPUPLAN_FAULT_EXIT_AFTER_WRITES=N`` makes the process exit
-abruptly (``os._exit``) right after its N-th write: half-way through the node labels, or half-way
-through the Deployments, before status says Applied. A normal restart must finish the job; a second
+abruptly (``os._exit``) right after its N-th write: early or late in the round that writes the node
+labels, the ConfigMap and the Deployments (together: the plan's pods wait for their gates, which
+wait for the labels), before status says Applied. A normal restart must finish the job; a second
 restart on the converged plan must write nothing at all.
 """
 
@@ -42,13 +43,14 @@ def snapshot_versions(api: Api, ns: str, key: str) -> dict[str, str]:
     return out
 
 
-# writes of the first apply: 4 node labels, 1 PriorityClass (none when another
-# plan made it already), 1 ConfigMap, 4 Deployments, 1 status (Applied)
+# writes of the first apply: 1 PriorityClass (none when another plan made it already), then in one
+# round 4 node labels, 1 ConfigMap and 4 Deployments (which of them land first is the threads'
+# race), then 1 status (Applied)
 @pytest.mark.parametrize(
-    ("writes", "labels", "deployments"),
+    "writes",
     [
-        pytest.param(2, 2, (0, 0), id="killed after two of four node labels"),
-        pytest.param(8, 4, (2, 3), id="killed after two or three of four Deployments"),
+        pytest.param(2, id="killed after two writes"),
+        pytest.param(7, id="killed after seven writes"),
     ],
 )
 def test_killed_mid_apply_converges(
@@ -58,8 +60,6 @@ def test_killed_mid_apply_converges(
     operator: OperatorProcess,
     make_nodes: Callable[..., list[str]],
     writes: int,
-    labels: int,
-    deployments: tuple[int, int],
 ) -> None:
     nodes = make_nodes("crash", 4)
     gpu_type = nodes[0].rsplit("-", 1)[0]
@@ -73,8 +73,9 @@ def test_killed_mid_apply_converges(
     wait_for("the operator to die mid-apply", lambda: operator.exited() is not None, timeout=60)
     assert operator.exited() == 137
     assert f"GPUPLAN_FAULT_EXIT_AFTER_WRITES={writes} reached" in operator.log_since(mark)
-    assert len(labelled_nodes(api, key)) == labels
-    assert deployments[0] <= len(api.deployments(ns)) <= deployments[1]
+    landed = len(labelled_nodes(api, key)) + len(api.deployments(ns))
+    landed += api.configmap(ns, "crash-flamewakers") is not None
+    assert writes - 1 <= landed <= writes < 9  # one may have been the PriorityClass; not all nine
     assert api.status(ns, "crash").get("phase") != "Applied"
 
     operator.start()
