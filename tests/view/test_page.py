@@ -13,6 +13,7 @@ import json
 import random
 import statistics
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,18 @@ const paint = performance.getEntriesByName("first-contentful-paint")[0];
 return {load: nav.loadEventEnd, dom: nav.domContentLoadedEventEnd, paint: paint ? paint.startTime : null,
         bytes: nav.decodedBodySize, elements: document.getElementsByTagName("*").length};
 """
+
+
+def timing(browser: webdriver.Chrome) -> dict[str, Any]:
+    """The page's timing once its first contentful paint is recorded: Chrome may record it a
+    moment after the load event that ``browser.get`` waits for (read at once, a CI run on a busy
+    machine found it missing in one of five loads)."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        got: dict[str, Any] = browser.execute_script(TIMING)
+        if got["paint"] is not None or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
 
 
 def page_for(spec: PlanSpec, snap: Snapshot, result: PlanResult, path: Path, budget: float = 10.0) -> Path:
@@ -181,7 +194,8 @@ def test_five_thousand_nodes_open_in_under_two_seconds(
     times = []
     for _ in range(5):  # the median of five loads: one slow moment of the machine does not decide
         browser.get(path.as_uri())
-        times.append(browser.execute_script(TIMING))
+        times.append(timing(browser))
+    assert all(t["paint"] is not None for t in times), f"no first contentful paint in 10 s: {times}"
     load = statistics.median(t["load"] for t in times)
     paint = statistics.median(t["paint"] for t in times)
     groups = browser.execute_script('return document.querySelectorAll("details.group").length')
