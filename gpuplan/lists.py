@@ -54,6 +54,7 @@ import struct
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
+from enum import Enum
 from functools import cache, partial
 from itertools import chain
 from typing import Any
@@ -264,6 +265,25 @@ _SCAN = bytes(r | (128 if chr(b) in "&*!<\t" or b in (0xC2, 0xE2) else 0) for b,
 _BREAKS = (b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9")
 
 
+class _Route(Enum):
+    """How a chunk of items must be read."""
+
+    RAPIDYAML = "rapidyaml"  # plain: rapidyaml reads it as PyYAML does
+    PYYAML = "pyyaml"  # a reserved start or one of YAML 1.1's other line breaks: the chunk by PyYAML
+    GENERIC = "generic"  # an anchor, alias, tag, merge or tab: the whole file by the generic reader
+
+
+def _route(chunk: bytes) -> _Route:
+    """How ``chunk`` must be read, from its one byte pass (:func:`_scan`): the rule both stages
+    of :class:`_YamlChunks` follow."""
+    rare, reserved = _scan(chunk)
+    if rare and any(map(_holds(chunk), _RARE)):
+        return _Route.GENERIC
+    if reserved or (rare and any(map(_holds(chunk), _BREAKS))):
+        return _Route.PYYAML
+    return _Route.RAPIDYAML
+
+
 def _reserved_start(text: bytes) -> bool:
     """Whether such a start occurs in ``text``: the ``@`` of ``repo@sha256:...`` does not count;
     a quoted string that happens to hold ``a @b`` sends the file to the generic reader, slower
@@ -429,7 +449,7 @@ def _cut_status(tree: Any, root: int) -> bool:
 class _YamlChunks:
     """Reads the items of a YAML list a chunk at a time (one rapidyaml tree and one output
     buffer kept across chunks), in two stages: :meth:`json_text` (the chunk parsed, its statuses
-    cut, written out as JSON: only rapidyaml and numpy, may run in a worker, see :func:`_texts`)
+    cut, written out as JSON: only rapidyaml and numpy, may run in a worker, see :func:`_read_chunks`)
     and :meth:`items` (the JSON decoded and checked, or the chunk read another way)."""
 
     def __init__(self, data: bytes, source: str, what: str, fields: Fields) -> None:
@@ -469,8 +489,7 @@ class _YamlChunks:
 
         first, stop, group = chunk_at
         chunk = self.data[first:stop]
-        rare, reserved = _scan(chunk)
-        if reserved or (rare and any(map(_holds(chunk), _RARE + _BREAKS))):
+        if _route(chunk) is not _Route.RAPIDYAML:
             return None
         try:
             tree = self._parse(chunk)
@@ -499,11 +518,10 @@ class _YamlChunks:
         data, source, what, fields = self.data, self.source, self.what, self.fields
         first, stop, group = chunk_at
         chunk = data[first:stop]
-        rare, reserved = _scan(chunk)
-        if rare and any(map(_holds(chunk), _RARE)):
+        route = _route(chunk)
+        if route is _Route.GENERIC:
             raise _Generic  # anchors, aliases, tags, merges or tabs: the generic reader
-        if reserved or (rare and any(map(_holds(chunk), _BREAKS))):
-            # these few thousand items by PyYAML, as the generic reader would
+        if route is _Route.PYYAML:  # these few thousand items by PyYAML, as the generic reader would
             doc = _pyyaml(chunk, partial(data.count, b"\n", 0, first), source, what)
             if not isinstance(doc, list) or len(doc) != len(group):
                 raise _Generic
