@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from planner.base.codes import Method, SolveStatus
 from planner.planning import solve_type
-from planner.search import arcflow, bounds, fixing, patterns
+from planner.search import arcflow, bounds, fixing
 from tests.bruteforce import pack_exact
 from tests.helpers import problem
 
@@ -86,7 +86,7 @@ def test_an_lp_bound_one_node_short_is_closed_by_fixing() -> None:
 def test_a_type_whose_lp_rounds_short_is_decided(nodes: int, status: SolveStatus) -> None:
     capacity, sizes = NOT_ROUND_UP
     prob = problem([capacity] * nodes, [("machine", g, 1) for g in sizes])
-    assert patterns.eligible(prob)
+    assert prob.pure_packing
     out, method = solve_type(prob, 10.0)
     assert out.status is status
     # decided by the packing model or a bound, not by the exact search it falls back on

@@ -68,11 +68,6 @@ BRANCH_SHARE = 0.8  # of the arc-flow's time left, what the branch and bound ove
 BRANCH_LATE = 0.85  # ... or until this share of the whole time, on a graph that fixing shrank
 
 
-def eligible(problem: TypeProblem) -> bool:
-    """A pure packing: every request has one split, and none needs several distinct nodes."""
-    return problem.pure_packing
-
-
 @dataclass
 class Packing:
     """What the packing model established: a placement, a refutation, or neither in time."""
@@ -413,7 +408,8 @@ def _undecided(bins: Bins, lp: LpBound) -> str:
 
 
 def solve(problem: TypeProblem, seconds: float) -> Packing:
-    """Pack an :func:`eligible` type: a placement, a refutation, or neither within ``seconds``."""
+    """Pack a type that is a pure packing (:attr:`TypeProblem.pure_packing`): a placement, a
+    refutation, or neither within ``seconds``."""
     start = time.monotonic()
     bins = bins_of(problem, [it.index for it in problem.items])
     lp = lp_bound(bins, seconds * LP_SHARE, waste=WASTE)
