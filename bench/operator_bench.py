@@ -38,8 +38,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
+import ledger  # noqa: E402
 from gpuplan_operator.apply import PARALLEL_WRITES  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
@@ -55,6 +57,17 @@ OUT = ROOT / "bench" / "out"
 
 class DefaultOperator(OperatorProcess):
     ARGS = ("--plan-seconds", "30")  # the operator's own defaults otherwise (debounce 1 s, ...)
+
+
+PROFILES: Path | None = None  # --profile: the API server's CPU profile of the deploy and the floor
+PROFILE_SECONDS = 60
+
+
+def profile(api: Api, name: str) -> None:
+    """With ``--profile``, record the API server's CPU for the next minute (a thread of its own)."""
+    if PROFILES is not None:
+        PROFILES.mkdir(parents=True, exist_ok=True)
+        ledger.profile(api.kube, PROFILE_SECONDS, PROFILES / f"{name}.pprof")
 
 
 NODES_PER_PLAN = 1000  # a plan lists at most 1,024 requests (the CRD's bound): larger sizes get several
@@ -142,14 +155,22 @@ def pod_poll(nodes: int) -> float:
     return 0.2 if nodes <= 200 else 1.0
 
 
-def floor(api: Api, deployments: list[dict[str, Any]], pods: int, poll: float) -> float:
+def floor(
+    api: Api,
+    deployments: list[dict[str, Any]],
+    pods: int,
+    poll: float,
+    phase: Callable[[str], None] = lambda _: None,
+) -> float:
     """Seconds from creating ``deployments`` (the operator's parallelism) to all ``pods`` Running."""
+    profile(api, "floor")
     start = time.monotonic()
     with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
         list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), deployments))
 
     wait_for("the floor's pods Running", running_floor(api, pods), 900, poll)
     took = time.monotonic() - start
+    phase("floor")
     clear_floor(api)
     return took
 
@@ -208,7 +229,11 @@ def running_floor(api: Api, pods: int) -> Callable[[], bool]:
 
 
 def hand_over_floor(
-    api: Api, before: list[dict[str, Any]], after: list[dict[str, Any]], poll: float
+    api: Api,
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    poll: float,
+    phase: Callable[[str], None] = lambda _: None,
 ) -> float:
     """Seconds the control plane needs for the same hand-over with nobody planning: ``before``
     running, then the Deployments that leave deleted and the ones that arrive created at once (the
@@ -218,6 +243,7 @@ def hand_over_floor(
     wait_for("the hand-over floor's first pods Running", running_floor(api, replicas(before)), 900, poll)
     was = {d["metadata"]["name"]: d for d in before}
     now = {d["metadata"]["name"]: d for d in after}
+    phase("hand-over floor: before")
     start = time.monotonic()
 
     def change(name: str) -> None:
@@ -245,6 +271,7 @@ def hand_over_floor(
 
     wait_for("the hand-over floor's pods Running", settled, 900, poll)
     took = time.monotonic() - start
+    phase("hand-over floor")
     clear_floor(api)
     return took
 
@@ -302,7 +329,9 @@ def instances(status: dict[str, Any]) -> int:
     return sum(int(a["instances"]) for a in status.get("allocations") or [])
 
 
-def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool = True) -> dict[str, Any]:
+def one_size(
+    api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool = True, floor_before: bool = False
+) -> dict[str, Any]:
     names = [f"bench-{i:04d}" for i in range(nodes)]
     for name in names:
         api.create("v1", "nodes", fake_node(name, TYPE))
@@ -315,13 +344,29 @@ def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool 
         600,
         1,
     )
-    operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
-    operator.start()
     plans = plan_names(nodes)
     share = nodes // len(plans)
-    result: dict[str, Any] = {"nodes": nodes, "plans": len(plans)}
+    result: dict[str, Any] = {"nodes": nodes, "plans": len(plans), "ledger": {}}
     poll = pod_poll(nodes)
+    mark = ledger.read(api.kube)
+
+    def phase(name: str) -> None:
+        """Note what the control plane did since the last phase ended."""
+        nonlocal mark
+        now = ledger.read(api.kube)
+        result["ledger"][name] = ledger.between(mark, now)
+        mark = now
+
+    saved = OUT / f"floor-{nodes}.json"  # the floor's Deployments of the last run at this size
+    if floor_before and saved.exists():  # the floor before the operator ever ran: does the order matter?
+        first_bare = json.loads(saved.read_text())
+        result["floor_before"] = floor(api, first_bare, replicas(first_bare), poll)
+        phase("floor before")
+    operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
+    operator.start()
     try:
+        phase("idle")
+        profile(api, "deploy")
         start = time.monotonic()
         first = 0
         for plan in plans:  # created one after another, as kubectl apply -f of a folder would
@@ -337,6 +382,7 @@ def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool 
         result["pods"] = pods
         wait_for("pods Running", lambda: all_on_planned_nodes(api, counts), 900, poll)
         result["running"] = time.monotonic() - start
+        phase("deploy")
 
         held: dict[str, int] = {}
         for st in statuses.values():
@@ -359,14 +405,17 @@ def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool 
         wait_for("displaced pods Running", lambda: all_on_planned_nodes(api, counts, avoid=victim), 300, poll)
         result["cordon_running"] = time.monotonic() - start
         result["cordon_held"] = held[victim]
+        phase("cordon")
         api.patch("v1", "nodes", victim, {"spec": {"unschedulable": False}})
         bare = [d for p in plans for d in bare_deployments(api, label_key(NS, p), p)]
+        saved.write_text(json.dumps(bare))
 
         # a plan of higher priority arrives: the first ones hand cards over, then all run
         wait_for("the uncordon seen", lambda: all_on_planned_nodes(api, counts), 300, poll)
         time.sleep(3)  # past the debounce: the uncordon's cycle is done
         before = {p: api.status(NS, p) for p in plans}
         bare_before = [d for p in plans for d in bare_deployments(api, label_key(NS, p), p)]
+        phase("uncordon")
         start = time.monotonic()
         create_plan(api, URGENT, urgent_spec(nodes))
         wait_applied(api, URGENT)
@@ -377,6 +426,7 @@ def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool 
         result["urgent_running"] = time.monotonic() - start
         result["urgent_pods"] = urgent_pods
         result["handed_over"] = sum(moved_instances(before[p], after[p]) for p in plans)
+        phase("urgent")
         bare_after = [d for p in [*plans, URGENT] for d in bare_deployments(api, label_key(NS, p), p)]
     finally:
         for plan in [URGENT, *plans]:
@@ -389,8 +439,9 @@ def one_size(api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool 
     try:
         wait_for("the plans' pods gone", lambda: not api.pods(NS, "gpuplan.ragnaros.io/plan"), 300, 0.5)
         nan = float("nan")
-        result["floor"] = floor(api, bare, pods, poll) if floors else nan
-        result["urgent_floor"] = hand_over_floor(api, bare_before, bare_after, poll) if floors else nan
+        phase("plans deleted")
+        result["floor"] = floor(api, bare, pods, poll, phase) if floors else nan
+        result["urgent_floor"] = hand_over_floor(api, bare_before, bare_after, poll, phase) if floors else nan
     finally:
         for name in names:
             api.delete("v1", "nodes", name)
@@ -403,7 +454,20 @@ def main() -> None:
     ap.add_argument(
         "--no-floors", action="store_true", help="skip the floors (a quicker look at the operator)"
     )
+    ap.add_argument(
+        "--floor-before",
+        action="store_true",
+        help="also time the floor before the operator runs (its Deployments saved by an earlier run)",
+    )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help=f"record the API server's CPU profile of the deploy's and the floor's first {PROFILE_SECONDS} s",
+    )
     args = ap.parse_args()
+    global PROFILES
+    PROFILES = args.profile
     kubeconfig = os.environ.get("KUBECONFIG") or str(ROOT / ".cluster" / "kubeconfig")
     api = Api(kubeconfig)
     kubectl = Kubectl(kubeconfig)
@@ -436,7 +500,7 @@ def main() -> None:
     print(" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        r = one_size(api, kubeconfig, size, OUT, floors=not args.no_floors)
+        r = one_size(api, kubeconfig, size, OUT, floors=not args.no_floors, floor_before=args.floor_before)
         rows.append(r)
         print(
             f"{r['nodes']:>6} {r['plans']:>5} {r['pods']:>6} {r['written']:>10.1f} {r['running']:>10.1f} "
@@ -446,7 +510,13 @@ def main() -> None:
             f"{r['urgent_running'] / r['urgent_floor']:>8.2f}",
             flush=True,
         )
+        if "floor_before" in r:
+            print(f"{'':>6} the floor before the operator ran: {r['floor_before']:.1f} s", flush=True)
     (OUT / "operator-bench.json").write_text(json.dumps(rows, indent=2))
+    for r in rows:  # where the control plane's work went, phase by phase
+        print(f"\n{r['nodes']} nodes:")
+        for name, used in r["ledger"].items():
+            print(f" {name}\n{ledger.summary(used)}")
 
 
 if __name__ == "__main__":

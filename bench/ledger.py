@@ -1,0 +1,131 @@
+"""Where a phase of the operator bench spends the control plane's work.
+
+Two readings around a phase: the API server's request counts by verb and resource (its own
+``apiserver_request_total``, read from ``/metrics``) and the CPU seconds of every control-plane
+process on this machine (``/proc/<pid>/stat``, the harness runs them as local processes). The
+difference between a phase run by the operator and the same pods created directly (the floor)
+says which writes cost the extra time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuplan_operator.kube import Kube
+
+PROCESSES = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "etcd",
+    "kwok-controller",
+    "python",  # the operator and the bench
+)
+_SAMPLE = re.compile(
+    r"^apiserver_request_(?P<metric>total|duration_seconds_sum)\{(?P<labels>[^}]*)\} (?P<value>\S+)$",
+    re.MULTILINE,
+)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Reading:
+    requests: Counter[str] = field(default_factory=Counter)  # "VERB resource [subresource] [scope]"
+    seconds: dict[str, float] = field(default_factory=dict)  # the API server's time answering them
+    cpu: dict[str, float] = field(default_factory=dict)  # seconds per process name
+
+
+def _cpu_by_process() -> dict[str, float]:
+    out: dict[str, float] = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = os.path.basename(argv0)
+        for known in PROCESSES:
+            if name.startswith(known):
+                fields = stat.rsplit(")", 1)[1].split()  # utime and stime are its 12th and 13th
+                out[known] = out.get(known, 0.0) + (int(fields[11]) + int(fields[12])) / _TICK
+                break
+    return out
+
+
+def read(kube: Kube) -> Reading:
+    """The API server's request counters and the control plane's CPU, now."""
+    api = kube.api
+    headers = dict(api.default_headers)
+    api.update_params_for_auth(headers, [], ["BearerToken"], "/metrics", "GET", None)
+    response = api.rest_client.request(  # type: ignore[no-untyped-call]
+        "GET", api.configuration.host + "/metrics", headers=headers
+    )
+    text = response.read().decode()
+    reading = Reading(cpu=_cpu_by_process())
+    for m in _SAMPLE.finditer(text):
+        labels = dict(_LABEL.findall(m["labels"]))
+        verb = labels.get("verb", "")
+        parts = [verb, labels.get("resource", ""), labels.get("subresource", "")]
+        if verb in ("LIST", "WATCH"):  # who lists: a namespace's objects, or the whole cluster's
+            parts.append(f"({labels.get('scope', '')})")
+        key = " ".join(p for p in parts if p)
+        if m["metric"] == "total":
+            reading.requests[key] += int(float(m["value"]))
+        else:
+            reading.seconds[key] = reading.seconds.get(key, 0.0) + float(m["value"])
+    return reading
+
+
+def between(before: Reading, after: Reading) -> dict[str, object]:
+    """What happened between two readings: requests (the most frequent first), the seconds the API
+    server took answering each kind (summed over requests answered side by side), CPU seconds."""
+    requests = after.requests.copy()
+    requests.subtract(before.requests)
+    frequent = sorted(((n, key) for key, n in requests.items() if n > 0), reverse=True)
+    seconds = {key: s - before.seconds.get(key, 0.0) for key, s in after.seconds.items()}
+    cpu = {name: s - before.cpu.get(name, 0.0) for name, s in after.cpu.items()}
+    return {
+        "requests": {key: n for n, key in frequent},
+        "seconds": {key: round(seconds.get(key, 0.0), 2) for _, key in frequent},
+        "cpu": {name: round(s, 1) for name, s in sorted(cpu.items()) if s > 0},
+    }
+
+
+def summary(phase: dict[str, object], top: int = 12) -> str:
+    requests = phase["requests"]
+    seconds = phase["seconds"]
+    cpu = phase["cpu"]
+    assert isinstance(requests, dict) and isinstance(seconds, dict) and isinstance(cpu, dict)
+    lines = ["  cpu s: " + ", ".join(f"{k} {v}" for k, v in cpu.items())]
+    lines.append(f"  requests: {sum(requests.values())}, answered in {sum(seconds.values()):.1f} s")
+    lines += [f"    {n:>7} {seconds[key]:>7.1f} s  {key}" for key, n in list(requests.items())[:top]]
+    return "\n".join(lines)
+
+
+def profile(kube: Kube, seconds: int, path: Path) -> threading.Thread:
+    """Start recording the API server's CPU profile for ``seconds`` into ``path`` (pprof format;
+    read it with ``go tool pprof -top path``), in a thread of its own."""
+
+    def record() -> None:
+        api = kube.api
+        headers = dict(api.default_headers)
+        url = f"/debug/pprof/profile?seconds={seconds}"
+        api.update_params_for_auth(headers, [], ["BearerToken"], url, "GET", None)
+        response = api.rest_client.request(  # type: ignore[no-untyped-call]
+            "GET", api.configuration.host + url, headers=headers, _request_timeout=seconds + 30
+        )
+        path.write_bytes(response.read())
+
+    thread = threading.Thread(target=record, name=f"profile-{path.stem}", daemon=True)
+    thread.start()
+    return thread
