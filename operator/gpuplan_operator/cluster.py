@@ -104,16 +104,6 @@ def list_plan_pods(kube: KubeApi, namespace: str, name: str) -> list[JSON]:
     return _items(doc, "v1", "Pod")
 
 
-def list_operator_pods(kube: KubeApi) -> list[JSON]:
-    """Every pod a plan deployed, in every namespace (one request for the readiness sweep).
-
-    ``resourceVersion=0`` lets the API server answer from its watch cache, as an informer's
-    re-list does: polled every few seconds, it must not reach etcd each time.
-    """
-    doc = kube.get(path_for("v1", "pods"), labelSelector=_selector(MANAGED_BY), resourceVersion="0")
-    return _items(doc, "v1", "Pod")
-
-
 def list_plan_deployments(kube: KubeApi, namespace: str, name: str) -> list[JSON]:
     doc = kube.get(
         path_for("apps/v1", "deployments", namespace=namespace), labelSelector=_selector(plan_labels(name))

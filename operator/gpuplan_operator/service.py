@@ -108,6 +108,11 @@ class Options:
     settle: float = 0.2  # an isolated node change after a quiet spell re-plans this soon (0: debounce)
     resync: float = 60.0  # Infeasible/Error plans re-plan this often; Ready is re-checked too
     ready_poll: float = 2.0  # while pods are pending, check readiness this often
+    # a Ready message that only counts progress (same status, same reason) waits this many times
+    # as long as the plan's last status write took, at most progress_max seconds: a plan of a
+    # thousand requests costs the API server half a CPU second per status write, a small one 13 ms
+    progress_spacing: float = 20.0
+    progress_max: float = 10.0
     priority_base: int = PRIORITY_BASE  # an N-card PriorityClass has the value base + N·1000
     node_grace: float = NODE_GRACE  # a node not Ready this long is planned as unschedulable
     gang_timeout: float = GANG_TIMEOUT  # released pods not scheduled this long: re-plan around the cause
@@ -200,6 +205,8 @@ class PlanService:
         # plan uid -> digest of the outputs its last apply wrote, every write and its status landed
         # since this process started (:meth:`landed_outputs`)
         self._landed: dict[str, bytes] = {}
+        # plan uid -> (monotonic time of its last status write, seconds it took): spaces progress
+        self._last_status: dict[str, tuple[float, float]] = {}
 
     # --- status -----------------------------------------------------------------------------
 
@@ -207,7 +214,9 @@ class PlanService:
         patch = st.status_patch(plan.status, new)
         if patch is None:
             return False
+        started = time.monotonic()
         written = cluster.patch_plan_status(self.kube, plan.namespace, plan.name, patch)
+        self._last_status[plan.uid] = (started, time.monotonic() - started)
         self.metrics.wrote(PLAN_STATUS)
         if self.on_status is not None and written:
             self.on_status(written)
@@ -593,10 +602,6 @@ class PlanService:
 
     # --- readiness --------------------------------------------------------------------------
 
-    def operator_pods(self) -> list[dict[str, Any]]:
-        """Every plan's pods (the readiness sweep); a read, so no lock."""
-        return cluster.list_operator_pods(self.kube)
-
     def refresh_readiness(self, namespace: str, name: str) -> Outcome | None:
         """Re-check the ``Ready`` condition of an applied plan (its pods get scheduled later).
 
@@ -647,11 +652,23 @@ class PlanService:
         ready = readiness(deployments, pods, plan.label_key, plan.deploy, waiting)
         generation = int(old.get("observedGeneration") or 0)
         new = st.with_readiness(old, ready, generation, self.clock())
+        if self._progress_waits(plan, new):
+            return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready, stale=stale)
         if self._write_status(plan, new):
             log.info("%s: Ready=%s: %s", plan.ref, ready.ready, ready.message)
             if ready.ready:
                 self.events(plan, "Normal", Reason.READY, ready.message)
         return Outcome(Phase.APPLIED, str(old.get("message") or ""), ready=ready.ready, stale=stale)
+
+    def _progress_waits(self, plan: PlanBody, new: Mapping[str, Any]) -> bool:
+        """Whether ``new`` only moves the progress the Ready message counts (the condition keeps
+        its status and reason) sooner after the plan's last status write than that write's cost
+        allows (:attr:`Options.progress_spacing`). The next readiness check writes it."""
+        if not st.progress_only(plan.status, new):
+            return False
+        at, took = self._last_status.get(plan.uid, (0.0, 0.0))
+        spacing = min(self.options.progress_max, self.options.progress_spacing * took)
+        return time.monotonic() - at < spacing
 
     # --- all-or-nothing deploys ---------------------------------------------------------------
 

@@ -130,6 +130,22 @@ def _kept(old: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
+def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether ``new`` differs from ``old`` only in the ``Ready`` condition's message: the same
+    conditions with the same status and reason, and nothing else of ours changed (the count of
+    pods scheduled or gated moved on)."""
+    if status_patch(old, new) != {"conditions": new.get("conditions")}:
+        return False
+    before, after = _kept(old, "Ready"), _kept(new, "Ready")
+    if before is None or after is None or before.get("message") == after.get("message"):
+        return False
+
+    def without_message(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in c.items() if k != "message"} for c in status.get("conditions") or []]
+
+    return without_message(old) == without_message(new)
+
+
 def _conditions(*conds: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [c for c in conds if c is not None]
 

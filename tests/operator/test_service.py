@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from gpuplan_operator.body import PlanBody
 from gpuplan_operator.service import Options, PlanService
 
 from tests.operator.builders import NODES, NOW, PLANS_NS, cluster, node, plan
@@ -278,6 +279,53 @@ def test_a_readiness_check_raced_by_a_write_to_the_plan_leaves_the_condition_to_
     again = svc.refresh_readiness("ns", "p")
     assert again is not None and again.ready
     assert {c["type"]: c for c in status(kube)["conditions"]}["Ready"]["status"] == "True"
+
+
+def scheduled_pods(kube: FakeKube, count: int) -> None:
+    """The first ``count`` of the plan's Deployments get their pod, on its planned node."""
+    for i, dep in enumerate(kube.items(DEPLOYS)[:count]):
+        template = dep["spec"]["template"]
+        pod = {"metadata": {"name": f"pod-{i}", "labels": template["metadata"]["labels"]}}
+        pod["spec"] = {**template["spec"], "nodeName": template["spec"]["nodeSelector"][KEY]}
+        kube.put("api/v1/namespaces/ns/pods", pod)
+
+
+def ready_condition(kube: FakeKube) -> dict[str, Any]:
+    conditions: dict[str, dict[str, Any]] = {c["type"]: c for c in status(kube)["conditions"]}
+    return conditions["Ready"]
+
+
+@pytest.mark.parametrize("costly", [True, False])
+def test_progress_of_a_costly_plan_is_spaced_and_a_change_of_ready_is_written_at_once(costly: bool) -> None:
+    """A status write of a plan of a thousand requests costs the API server half a CPU second:
+    a Ready message that only counts pods waits for a spacing that follows the plan's last status
+    write; Ready turning True does not wait. A cheap plan's progress is written at once."""
+    kube = p4_cluster(4)
+    kube.put(PLANS_NS, plan(requests={"face_feature_extract": {"P4": 16}}, deploy=True, gang="none"))
+    spacing = 1e9 if costly else 0.0  # times the last write's seconds (at most progress_max)
+    options = Options(plan_seconds=5, polish_seconds=0.2, progress_spacing=spacing, progress_max=600)
+    svc = PlanService(kube, options, Recorder(), clock=lambda: NOW)
+    svc.reconcile("ns", "p")
+    deployments = len(kube.items(DEPLOYS))
+    assert deployments >= 3
+    first = ready_condition(kube)
+    assert first["status"] == "False"
+
+    def check() -> bool:
+        obj = kube.get_obj(PLANS_NS, "p")
+        assert obj is not None
+        return svc.check_readiness(PlanBody.from_object(obj)).ready
+
+    scheduled_pods(kube, 1)
+    assert not check()
+    progressed = ready_condition(kube)
+    assert (progressed == first) is costly
+    if not costly:
+        assert progressed["status"] == "False" and progressed["message"] != first["message"]
+
+    scheduled_pods(kube, deployments)
+    assert check()
+    assert ready_condition(kube)["status"] == "True"
 
 
 def test_a_failing_read_of_the_cluster_is_reported_as_error() -> None:
