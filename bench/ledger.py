@@ -24,8 +24,9 @@ PROCESSES = (
     "kube-scheduler",
     "etcd",
     "kwok-controller",
-    "python",  # the operator and the bench
+    "python",  # the bench and its helpers; the operator is counted apart
 )
+OPERATOR = b"gpuplan_operator"  # in the operator's command line
 _SAMPLE = re.compile(
     r"^apiserver_request_(?P<metric>total|duration_seconds_sum)\{(?P<labels>[^}]*)\} (?P<value>\S+)$",
     re.MULTILINE,
@@ -48,13 +49,16 @@ def _cpu_by_process() -> dict[str, float]:
             continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
+                argv = f.read().split(b"\0")
+            argv0 = argv[0].decode(errors="replace")
             with open(f"/proc/{pid}/stat") as f:
                 stat = f.read()
         except OSError:
             continue
         name = os.path.basename(argv0)
-        for known in PROCESSES:
+        if name.startswith("python") and OPERATOR in argv:
+            name = "operator"
+        for known in (*PROCESSES, "operator"):
             if name.startswith(known):
                 fields = stat.rsplit(")", 1)[1].split()  # utime and stime are its 12th and 13th
                 out[known] = out.get(known, 0.0) + (int(fields[11]) + int(fields[12])) / _TICK

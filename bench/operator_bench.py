@@ -563,7 +563,13 @@ def main() -> None:
             flush=True,
         )
         if "floor_before" in r:
-            print(f"{'':>6} the floor before the operator ran: {r['floor_before']:.1f} s", flush=True)
+            mean = (r["floor_before"] + r["floor"]) / 2
+            print(
+                f"{'':>6} the floor before the operator ran: {r['floor_before']:.1f} s; all Running "
+                f"{r['running'] / r['floor_before']:.2f}x that, "
+                f"{r['running'] / mean:.2f}x the mean of both floors",
+                flush=True,
+            )
     (OUT / "operator-bench.json").write_text(json.dumps(rows, indent=2))
     for r in rows:  # where the control plane's work went, phase by phase
         print(f"\n{r['nodes']} nodes:")
