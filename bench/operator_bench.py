@@ -20,6 +20,13 @@ operator) are created directly with the operator's own client and parallelism: *
 time until all their pods run, what this control plane needs for that many pods whoever asks.
 The operator's cost is its time over the floor, measured in the same run.
 
+Every phase's work is kept in a ledger (:mod:`ledger`: the API server's requests by kind and the
+seconds it took answering them, each control-plane process's CPU), printed after the table.
+``--floor-before`` times the floor once more before the operator starts (the control plane
+slows down within a run, so the later floor alone flatters the operator); ``--profile DIR``
+records the API server's CPU profile of the deploy's and the floor's first minute. The bench
+waits on watches (plans, its namespace's pods), not on polls: it must not load what it times.
+
 Then the nodes are deleted again. The control plane runs with the client rate limits a
 production cluster of this size is given (``hack/cluster-up.sh``); the operator runs with its
 defaults. Needs ``make cluster-up`` first (``make bench`` does it).
@@ -173,16 +180,17 @@ def floor(
     pods: int,
     poll: float,
     phase: Callable[[str], None] = lambda _: None,
+    name: str = "floor",
 ) -> float:
     """Seconds from creating ``deployments`` (the operator's parallelism) to all ``pods`` Running."""
-    profile(api, "floor")
+    profile(api, name)
     start = time.monotonic()
     with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
         list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), deployments))
 
     wait_for("the floor's pods Running", running_floor(api, pods), 900, poll)
     took = time.monotonic() - start
-    phase("floor")
+    phase(name)
     clear_floor(api)
     return took
 
@@ -411,8 +419,7 @@ def one_size(
     saved = OUT / f"floor-{nodes}.json"  # the floor's Deployments of the last run at this size
     if floor_before and saved.exists():  # the floor before the operator ever ran: does the order matter?
         first_bare = json.loads(saved.read_text())
-        result["floor_before"] = floor(api, first_bare, replicas(first_bare), poll)
-        phase("floor before")
+        result["floor_before"] = floor(api, first_bare, replicas(first_bare), poll, phase, "floor before")
     operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
     operator.start()
     try:
