@@ -720,6 +720,7 @@ class PlanService:
         plan = PlanBody.from_object(obj)
         with self.lock:
             self._landed.pop(plan.uid, None)
+            self._last_status.pop(plan.uid, None)
             in_use = reserve.priority_classes_in_use(cluster.list_plans(self.kube), plan.uid)
             observed = cluster.read_for_cleanup(self.kube, plan)
             writes = cleanup_writes(plan, observed, in_use)
