@@ -307,6 +307,9 @@ class ClusterRead:
     slices: JSON | None = None
     claims: JSON | None = None
     topologies: JSON | None = None
+    # with watched caches: the changes that matter counted when nodes, slices and topologies
+    # were taken (a cycle's inputs), so a change landing just after is seen by the next cycle
+    changes: tuple[int, int, int] = (0, 0, 0)
 
 
 def read_cluster(kube: KubeApi) -> ClusterRead:

@@ -86,6 +86,37 @@ def phase(kube: FakeKube, name: str) -> str:
     return str(status_of(kube, name).get("phase"))
 
 
+def test_a_cordon_that_lands_while_a_cycle_runs_is_planned_by_the_next_cycle() -> None:
+    """The watch may deliver a node change after the cycle took its snapshot and before it
+    recorded what it planned from: the cycle planned without the change, so the next one must
+    see it as new (it once read the stores' change counts after the snapshot, and the cordon
+    was never planned)."""
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])
+    kube.put(PLANS_NS, plan("a", **spec(8)))
+    cycle, cache = cycle_on(kube)
+    cycle.run()
+    victim = sorted({n for a in status_of(kube, "a")["allocations"] for n in a["nodes"]})[0]
+    cordoned = node(victim, unschedulable=True)
+    cordoned["metadata"]["labels"] = (kube.get_obj(NODES, victim) or {})["metadata"]["labels"]
+    cordoned["metadata"]["resourceVersion"] = "999999"
+    kube.put(NODES, cordoned)
+    cordoned = kube.get_obj(NODES, victim) or {}
+    taken = cache.read
+
+    def snapshot_then_the_cordon_lands() -> Any:
+        read = taken()
+        assert cache.nodes.apply("MODIFIED", cordoned)  # what the watch says, a moment too late
+        return read
+
+    cache.read = snapshot_then_the_cordon_lands  # type: ignore[method-assign]
+    cycle.run()  # woken by something else: planned from the snapshot, without the cordon
+    cache.read = taken  # type: ignore[method-assign]
+    assert any(victim in a["nodes"] for a in status_of(kube, "a")["allocations"])
+
+    assert cycle.run().planned == ["ns/a"]  # the cycle the cordon's own wake-up runs
+    assert all(victim not in a["nodes"] for a in status_of(kube, "a")["allocations"])
+
+
 def test_new_plans_that_do_not_both_fit_go_by_priority_and_an_unchanged_cluster_is_left_alone() -> None:
     kube = cluster(*[node(f"p4-{i}") for i in range(4)])  # 32 cards
     low = plan("low", **spec(24))

@@ -202,13 +202,17 @@ class ClusterCache:
             return {"apiVersion": "v1", "kind": "List", "items": list(items)}
 
         bound = [p for p in self.pods.items() if (p.get("spec") or {}).get("nodeName")]
+        nodes, node_changes = self.nodes.counted_items()
+        slices, slice_changes = self.slices.counted_items()
+        topologies, topology_changes = self.topologies.counted_items()
         return ClusterRead(
             plans=[PlanBody.from_object(p) for p in self.plans.items()],
-            nodes=doc(self.nodes.items()),
+            nodes=doc(nodes),
             pods=doc(bound),
-            slices=doc(self.slices.items()) if self.slices.served else None,
+            slices=doc(slices) if self.slices.served else None,
             claims=doc(self.claims.items()) if self.slices.served and self.claims.served else None,
-            topologies=doc(self.topologies.items()) if self.topologies.served else None,
+            topologies=doc(topologies) if self.topologies.served else None,
+            changes=(node_changes, slice_changes, topology_changes),
         )
 
     def gang_pods(self) -> list[dict[str, Any]]:

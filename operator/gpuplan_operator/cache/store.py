@@ -70,6 +70,13 @@ class Store:
         with self._lock:
             return list(self._objects.values())
 
+    def counted_items(self) -> tuple[list[JSON], int]:
+        """The objects now and :attr:`changes` as of them, taken together: a change that lands
+        after the objects were taken is counted after them, so whoever planned from these
+        objects and remembers this count sees that change as new."""
+        with self._lock:
+            return list(self._objects.values()), self.changes
+
     def get(self, key: str) -> JSON | None:
         return self._objects.get(key)
 

@@ -122,7 +122,7 @@ class Cycle:
         self._claimed: set[str] = set()  # plans of this cycle that claimed their cards first
 
     def _cluster_inputs(self, read: ClusterRead, report: Report) -> tuple[Any, ...]:
-        """The caches' counters of changes that matter, which nodes are down past the grace, and
+        """The snapshot's counters of changes that matter, which nodes are down past the grace, and
         the pods of plans that are gone (their cards come free as they go)."""
         nodes = read.nodes["items"]
         now = utcnow()
@@ -136,10 +136,11 @@ class Cycle:
                 down.append(str((node.get("metadata") or {}).get("name")))
             else:
                 report.soon(grace - (now - since).total_seconds() + 0.5)
-        c = self.cache
         owners = reserve.owners_of_deployed_pods(read.plans)
         left = reserve.orphans(read.pods, owners) if owners is not None else frozenset()
-        return (c.nodes.changes, c.slices.changes, c.topologies.changes, tuple(sorted(down)), left)
+        # the counts taken with the snapshot, not the stores' counts now: a node changing while
+        # this cycle runs must look new to the next one
+        return (*read.changes, tuple(sorted(down)), left)
 
     def run(self) -> Report:
         """One cycle (blocking: run it in a worker thread)."""
