@@ -86,11 +86,9 @@ def phase(kube: FakeKube, name: str) -> str:
     return str(status_of(kube, name).get("phase"))
 
 
-def test_a_cordon_that_lands_while_a_cycle_runs_is_planned_by_the_next_cycle() -> None:
-    """The watch may deliver a node change after the cycle took its snapshot and before it
-    recorded what it planned from: the cycle planned without the change, so the next one must
-    see it as new (it once read the stores' change counts after the snapshot, and the cordon
-    was never planned)."""
+def a_plan_applied_then_its_first_node_cordoned() -> tuple[FakeKube, Cycle, ClusterCache, str]:
+    """Plan ``a`` (8 cards on four P4 nodes) applied by a cycle, then the first node it uses
+    cordoned in the API server (the cache not told yet)."""
     kube = cluster(*[node(f"p4-{i}") for i in range(4)])
     kube.put(PLANS_NS, plan("a", **spec(8)))
     cycle, cache = cycle_on(kube)
@@ -100,6 +98,15 @@ def test_a_cordon_that_lands_while_a_cycle_runs_is_planned_by_the_next_cycle() -
     cordoned["metadata"]["labels"] = (kube.get_obj(NODES, victim) or {})["metadata"]["labels"]
     cordoned["metadata"]["resourceVersion"] = "999999"
     kube.put(NODES, cordoned)
+    return kube, cycle, cache, victim
+
+
+def test_a_cordon_that_lands_while_a_cycle_runs_is_planned_by_the_next_cycle() -> None:
+    """The watch may deliver a node change after the cycle took its snapshot and before it
+    recorded what it planned from: the cycle planned without the change, so the next one must
+    see it as new (it once read the stores' change counts after the snapshot, and the cordon
+    was never planned)."""
+    kube, cycle, cache, victim = a_plan_applied_then_its_first_node_cordoned()
     cordoned = kube.get_obj(NODES, victim) or {}
     taken = cache.read
 
@@ -142,15 +149,7 @@ def test_new_plans_that_do_not_both_fit_go_by_priority_and_an_unchanged_cluster_
 
 
 def test_a_cordon_re_plans_from_the_cache_then_nothing_is_planned_or_written() -> None:
-    kube = cluster(*[node(f"p4-{i}") for i in range(4)])
-    kube.put(PLANS_NS, plan("a", **spec(8)))
-    cycle, cache = cycle_on(kube)
-    cycle.run()
-    victim = sorted({n for a in status_of(kube, "a")["allocations"] for n in a["nodes"]})[0]
-
-    cordoned = node(victim, unschedulable=True)
-    cordoned["metadata"]["labels"] = (kube.get_obj(NODES, victim) or {})["metadata"]["labels"]
-    kube.put(NODES, cordoned)
+    kube, cycle, cache, victim = a_plan_applied_then_its_first_node_cordoned()
     assert cache.nodes.replace(kube.request("GET", "/api/v1/nodes")["items"])  # what the watch would say
 
     assert cycle.run().planned == ["ns/a"]
