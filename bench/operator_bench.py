@@ -90,6 +90,7 @@ def profile(api: Api, name: str) -> None:
         ledger.profile(api.kube, PROFILE_SECONDS, PROFILES / f"{name}.pprof")
 
 
+POD_POLL = 0.2  # seconds between looks at the pods (a watch keeps them: a look costs the API server nothing)
 NODES_PER_PLAN = 1000  # a plan lists at most 1,024 requests (the CRD's bound): larger sizes get several
 
 
@@ -167,11 +168,6 @@ def bare_deployments(api: Api, key: str, plan: str = PLAN) -> list[dict[str, Any
             },
         })  # fmt: skip
     return out
-
-
-def pod_poll(nodes: int) -> float:
-    """Seconds between looks at the pods (a watch keeps them: a look costs the API server nothing)."""
-    return 0.2
 
 
 def floor(
@@ -406,7 +402,7 @@ def one_size(
     plans = plan_names(nodes)
     share = nodes // len(plans)
     result: dict[str, Any] = {"nodes": nodes, "plans": len(plans), "ledger": {}}
-    poll = pod_poll(nodes)
+    poll = POD_POLL
     mark = ledger.read(api.kube)
 
     def phase(name: str) -> None:
