@@ -413,7 +413,9 @@ def one_size(
         mark = now
 
     saved = OUT / f"floor-{nodes}.json"  # the floor's Deployments of the last run at this size
-    if floor_before and saved.exists():  # the floor before the operator ever ran: does the order matter?
+    if floor_before and not saved.exists():
+        print(f"no floor before at {nodes} nodes: {saved} is written by a first run", file=sys.stderr)
+    elif floor_before:  # the floor before the operator ever ran: does the order matter?
         first_bare = json.loads(saved.read_text())
         result["floor_before"] = floor(api, first_bare, replicas(first_bare), poll, phase, "floor before")
     operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
