@@ -228,20 +228,27 @@ def test_a_deployment_owned_by_someone_else_is_not_taken_over() -> None:
     assert out is not None and out.phase == "Error" and "belongs to GpuAllocationPlan/x" in out.message
 
 
+def scheduled_pods(kube: FakeKube, count: int) -> None:
+    """The first ``count`` of the plan's Deployments get their pod, on its planned node."""
+    for i, dep in enumerate(kube.items(DEPLOYS)[:count]):
+        template = dep["spec"]["template"]
+        pod = {"metadata": {"name": f"pod-{i}", "labels": template["metadata"]["labels"]}}
+        pod["spec"] = {**template["spec"], "nodeName": template["spec"]["nodeSelector"][KEY]}
+        kube.put("api/v1/namespaces/ns/pods", pod)
+
+
+def ready_condition(kube: FakeKube) -> dict[str, Any]:
+    conditions: dict[str, dict[str, Any]] = {c["type"]: c for c in status(kube)["conditions"]}
+    return conditions["Ready"]
+
+
 def test_readiness_is_refreshed_when_pods_get_scheduled() -> None:
     kube = p4_cluster(1)
     kube.put(PLANS_NS, plan(requests={"face_1vn": {"P4": 8}}, deploy=True))
     svc, _ = service(kube)
     out = svc.reconcile("ns", "p")
     assert out is not None and not out.ready
-    dep = kube.items(DEPLOYS)[0]
-    template = dep["spec"]["template"]
-    pod = {
-        "metadata": {"name": "x", "labels": template["metadata"]["labels"]},
-        "spec": dict(template["spec"]),
-    }
-    pod["spec"]["nodeName"] = "p4-0"
-    kube.put("api/v1/namespaces/ns/pods", pod)
+    scheduled_pods(kube, 1)
     again = svc.refresh_readiness("ns", "p")
     assert again is not None and again.ready
     ready = {c["type"]: c for c in status(kube)["conditions"]}["Ready"]
@@ -255,13 +262,7 @@ def test_a_readiness_check_raced_by_a_write_to_the_plan_leaves_the_condition_to_
     kube.put(PLANS_NS, plan(requests={"face_1vn": {"P4": 8}}, deploy=True))
     svc, _ = service(kube)
     svc.reconcile("ns", "p")
-    template = kube.items(DEPLOYS)[0]["spec"]["template"]
-    pod = {
-        "metadata": {"name": "x", "labels": template["metadata"]["labels"]},
-        "spec": dict(template["spec"]),
-    }
-    pod["spec"]["nodeName"] = "p4-0"
-    kube.put("api/v1/namespaces/ns/pods", pod)
+    scheduled_pods(kube, 1)
     real = kube.request
 
     def racing(method: str, path: str, **kw: Any) -> Any:
@@ -279,20 +280,6 @@ def test_a_readiness_check_raced_by_a_write_to_the_plan_leaves_the_condition_to_
     again = svc.refresh_readiness("ns", "p")
     assert again is not None and again.ready
     assert {c["type"]: c for c in status(kube)["conditions"]}["Ready"]["status"] == "True"
-
-
-def scheduled_pods(kube: FakeKube, count: int) -> None:
-    """The first ``count`` of the plan's Deployments get their pod, on its planned node."""
-    for i, dep in enumerate(kube.items(DEPLOYS)[:count]):
-        template = dep["spec"]["template"]
-        pod = {"metadata": {"name": f"pod-{i}", "labels": template["metadata"]["labels"]}}
-        pod["spec"] = {**template["spec"], "nodeName": template["spec"]["nodeSelector"][KEY]}
-        kube.put("api/v1/namespaces/ns/pods", pod)
-
-
-def ready_condition(kube: FakeKube) -> dict[str, Any]:
-    conditions: dict[str, dict[str, Any]] = {c["type"]: c for c in status(kube)["conditions"]}
-    return conditions["Ready"]
 
 
 @pytest.mark.parametrize("costly", [True, False])
