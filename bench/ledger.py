@@ -66,15 +66,21 @@ def _cpu_by_process() -> dict[str, float]:
     return out
 
 
-def read(kube: Kube) -> Reading:
-    """The API server's request counters and the control plane's CPU, now."""
+def _get(kube: Kube, path: str, timeout: float = 30.0) -> bytes:
+    """The API server's answer to a GET of ``path`` as it is sent (text metrics, a pprof profile:
+    not JSON, which :meth:`Kube.request` decodes)."""
     api = kube.api
     headers = dict(api.default_headers)
-    api.update_params_for_auth(headers, [], ["BearerToken"], "/metrics", "GET", None)
+    api.update_params_for_auth(headers, [], ["BearerToken"], path, "GET", None)
     response = api.rest_client.request(  # type: ignore[no-untyped-call]
-        "GET", api.configuration.host + "/metrics", headers=headers
+        "GET", api.configuration.host + path, headers=headers, _request_timeout=timeout
     )
-    text = response.read().decode()
+    return bytes(response.read())
+
+
+def read(kube: Kube) -> Reading:
+    """The API server's request counters and the control plane's CPU, now."""
+    text = _get(kube, "/metrics").decode()
     reading = Reading(cpu=_cpu_by_process())
     for m in _SAMPLE.finditer(text):
         labels = dict(_LABEL.findall(m["labels"]))
@@ -121,14 +127,7 @@ def profile(kube: Kube, seconds: int, path: Path) -> threading.Thread:
     read it with ``go tool pprof -top path``), in a thread of its own."""
 
     def record() -> None:
-        api = kube.api
-        headers = dict(api.default_headers)
-        url = f"/debug/pprof/profile?seconds={seconds}"
-        api.update_params_for_auth(headers, [], ["BearerToken"], url, "GET", None)
-        response = api.rest_client.request(  # type: ignore[no-untyped-call]
-            "GET", api.configuration.host + url, headers=headers, _request_timeout=seconds + 30
-        )
-        path.write_bytes(response.read())
+        path.write_bytes(_get(kube, f"/debug/pprof/profile?seconds={seconds}", seconds + 30))
 
     thread = threading.Thread(target=record, name=f"profile-{path.stem}", daemon=True)
     thread.start()
