@@ -25,7 +25,8 @@ seconds it took answering them, each control-plane process's CPU), printed after
 ``--floor-before`` times the floor once more before the operator starts (the control plane
 slows down within a run, so the later floor alone flatters the operator); ``--profile DIR``
 records the API server's CPU profile of the deploy's and the floor's first minute. The bench
-waits on watches (plans, its namespace's pods), not on polls: it must not load what it times.
+reads its namespace's plans and pods from watches (:mod:`watched`), not from the API server at
+each look: it must not load what it times.
 
 Then the nodes are deleted again. The control plane runs with the client rate limits a
 production cluster of this size is given (``hack/cluster-up.sh``); the operator runs with its
@@ -50,22 +51,10 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
 import ledger  # noqa: E402
 from gpuplan_operator.apply import PARALLEL_WRITES  # noqa: E402
-from gpuplan_operator.kube import WatchSilent, path_for  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
-from pod_watch import WatchedApi  # noqa: E402
+from watched import WatchedApi  # noqa: E402
 
-from e2e.support import (  # noqa: E402
-    PLAN_API,
-    PLURAL,
-    Api,
-    Kubectl,
-    OperatorProcess,
-    Timeout,
-    fake_node,
-    label_key,
-    node_ready,
-    wait_for,
-)
+from e2e.support import Api, Kubectl, OperatorProcess, fake_node, label_key, node_ready, wait_for  # noqa: E402
 
 NS = "gpuplan-bench"
 PLAN = "scale"
@@ -324,52 +313,13 @@ def create_plan(api: Api, name: str, spec: dict[str, Any]) -> None:
     api.create(API, "gpuallocationplans", manifest, NS)
 
 
-Plans = dict[str, dict[str, Any]]  # name -> the plan object
-
-
-def watch_plans(api: Api, what: str, done: Callable[[Plans], bool], timeout: float) -> None:
-    """Wait until ``done`` holds for the namespace's plans (name -> object), as ``kubectl wait``
-    does: one listing, then a watch that brings each change as it is made. Polling a plan of
-    1,000 requests (a 250 KB object read from etcd each time) ten times a second would cost the
-    API server the bench measures several CPU seconds per minute."""
-    deadline = time.monotonic() + timeout
-    path = path_for(PLAN_API, PLURAL, namespace=NS)
-    while True:
-        listed = api.kube.get(path)
-        plans = {p["metadata"]["name"]: p for p in listed.get("items") or []}
-        version = str(listed["metadata"]["resourceVersion"])
-        if done(plans):
-            return
-        query = {"watch": "true", "resourceVersion": version, "timeoutSeconds": 30}
-        try:
-            for event in api.kube.stream(path, query, 60):
-                obj = event.get("object") or {}
-                name = (obj.get("metadata") or {}).get("name")
-                if event.get("type") in ("ADDED", "MODIFIED"):
-                    plans[name] = obj
-                elif event.get("type") == "DELETED":
-                    plans.pop(name, None)
-                elif event.get("type") == "ERROR":  # e.g. 410 Gone: list again
-                    break
-                else:
-                    continue
-                if done(plans):
-                    return
-                if time.monotonic() > deadline:
-                    break
-        except (ApiException, WatchSilent):
-            pass  # the watch ended early: list again
-        if time.monotonic() > deadline:
-            raise Timeout(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 def wait_applied(api: Api, name: str) -> None:
-    """Wait until the plan's status says Applied."""
-    watch_plans(
-        api,
+    """Wait until the plan's status says Applied (the plan as the bench's watch keeps it)."""
+    wait_for(
         f"{name} Applied",
-        lambda plans: (plans.get(name) or {}).get("status", {}).get("phase") == "Applied",
+        lambda: (api.plan(NS, name) or {}).get("status", {}).get("phase") == "Applied",
         900,
+        0.1,
     )
 
 
@@ -447,16 +397,16 @@ def one_size(
                     held[n] = held.get(n, 0) + c
         victim = max(held, key=lambda n: (held[n], n))
 
-        def left_victim(objects: Plans) -> bool:
+        def left_victim() -> bool:
             for p in plans:
-                units = ((objects.get(p) or {}).get("status", {}).get("applied") or {}).get("units")
+                units = ((api.plan(NS, p) or {}).get("status", {}).get("applied") or {}).get("units")
                 if units is None or victim in units:
                     return False
             return True
 
         start = time.monotonic()
         api.patch("v1", "nodes", victim, {"spec": {"unschedulable": True}})
-        watch_plans(api, "re-plan applied", left_victim, 120)
+        wait_for("re-plan applied", left_victim, 120, 0.1)
         result["cordon_replanned"] = time.monotonic() - start
         wait_for("displaced pods Running", lambda: all_on_planned_nodes(api, counts, avoid=victim), 300, poll)
         result["cordon_running"] = time.monotonic() - start
