@@ -75,7 +75,10 @@ def _get(kube: Kube, path: str, timeout: float = 30.0) -> bytes:
     response = api.rest_client.request(  # type: ignore[no-untyped-call]
         "GET", api.configuration.host + path, headers=headers, _request_timeout=timeout
     )
-    return bytes(response.read())
+    data = bytes(response.read())
+    if not 200 <= response.status <= 299:  # e.g. a second CPU profile while one is recorded
+        raise RuntimeError(f"GET {path}: {response.status} {data[:200].decode(errors='replace')}")
+    return data
 
 
 def read(kube: Kube) -> Reading:

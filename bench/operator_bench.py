@@ -24,7 +24,8 @@ Every phase's work is kept in a ledger (:mod:`ledger`: the API server's requests
 seconds it took answering them, each control-plane process's CPU), printed after the table.
 ``--floor-before`` times the floor once more before the operator starts (the control plane
 slows down within a run, so the later floor alone flatters the operator); ``--profile DIR``
-records the API server's CPU profile of the deploy's and the floor's first minute. The bench
+records the API server's CPU profile of the first minute of the deploy and each floor (one at
+a time, as the API server allows). The bench
 reads its namespace's plans and pods from watches (:mod:`watched`), not from the API server at
 each look: it must not load what it times.
 
@@ -39,6 +40,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -72,11 +74,21 @@ PROFILES: Path | None = None  # --profile: the API server's CPU profile of the d
 PROFILE_SECONDS = 60
 
 
+RECORDING: list[tuple[str, threading.Thread]] = []  # the profiles started, in order
+
+
 def profile(api: Api, name: str) -> None:
-    """With ``--profile``, record the API server's CPU for the next minute (a thread of its own)."""
-    if PROFILES is not None:
-        PROFILES.mkdir(parents=True, exist_ok=True)
-        ledger.profile(api.kube, PROFILE_SECONDS, PROFILES / f"{name}.pprof")
+    """With ``--profile``, record the API server's CPU for the next minute (a thread of its own).
+    The API server records one profile at a time: while the last one runs, this one is skipped
+    and says so."""
+    if PROFILES is None:
+        return
+    if RECORDING and RECORDING[-1][1].is_alive():
+        busy = RECORDING[-1][0]
+        print(f"no profile of the {name}: the API server still records the {busy}'s", file=sys.stderr)
+        return
+    PROFILES.mkdir(parents=True, exist_ok=True)
+    RECORDING.append((name, ledger.profile(api.kube, PROFILE_SECONDS, PROFILES / f"{name}.pprof")))
 
 
 POD_POLL = 0.2  # seconds between looks at the pods (a watch keeps them: a look costs the API server nothing)
@@ -469,7 +481,8 @@ def main() -> None:
         "--profile",
         type=Path,
         metavar="DIR",
-        help=f"record the API server's CPU profile of the deploy's and the floor's first {PROFILE_SECONDS} s",
+        help=f"record the API server's CPU profile of the first {PROFILE_SECONDS} s of each floor and the "
+        "deploy (one at a time: a phase that starts while one records goes without, and says so)",
     )
     args = ap.parse_args()
     global PROFILES
@@ -526,6 +539,8 @@ def main() -> None:
                 flush=True,
             )
     (OUT / "operator-bench.json").write_text(json.dumps(rows, indent=2))
+    for _, thread in RECORDING:  # the last profile may still be recording
+        thread.join()
     for r in rows:  # where the control plane's work went, phase by phase
         print(f"\n{r['nodes']} nodes:")
         for name, used in r["ledger"].items():
