@@ -94,6 +94,11 @@ def test_text_explains_the_choice_and_the_rejected_splits(tmp_path, capsys) -> N
             plan_doc({}, operators=[{"name": "x", "keyStrategy": "machine", "linkStrategy": "share-2", "services": {"key": "x"}}]),
             None, "operators[0].linkStrategy: must look like share-A-B", id="bad link strategy",
         ),
+        pytest.param(
+            plan_doc({}, operators=[{"name": "x", "keyStrategy": "machine", "services": {"key": "x"}},
+                                    {"name": "x", "keyStrategy": "single", "services": {"key": "x"}}]),
+            None, "operators[1].name: operator 'x' is listed twice", id="an operator listed twice",
+        ),
         pytest.param({"kind": "Deployment"}, None, "kind: expected GpuAllocationPlan", id="not a plan"),
         pytest.param({k: v for k, v in plan_doc({}).items() if k != "spec"}, None, "spec: is required", id="no spec (the API server requires it)"),
         pytest.param(plan_doc({}) | {"spec": {"resources": [{"name": "P4"}]}}, None, "requests: is required", id="no requests (the API server requires them)"),

@@ -213,9 +213,13 @@ def _parse_operators(value: Any) -> tuple[OperatorSpec, ...]:
         return BUILTIN_OPERATORS
     if not isinstance(value, list):
         raise InvalidInput("operators", "must be a list")
+    seen: set[str] = set()
     for i, item in enumerate(value):
         field = f"operators[{i}]"
         item, name = _named(item, field)
+        if name in seen:  # the API server does not refuse it: the list is one atomic field there
+            raise InvalidInput(f"{field}.name", f"operator {name!r} is listed twice")
+        seen.add(name)
         base = catalog.get(name)
         strategy_text = item.get("keyStrategy", base.key_strategy.value if base else None)
         if strategy_text is None:
