@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from planner.model.spec import Gang, PlanSpec, Snapshot
     from planner.output.explain import explain, why_not
     from planner.output.page import render_page
-    from planner.output.render import Desired, render_desired, render_manifests, values_yaml
+    from planner.output.render import Desired, render_desired, render_key, render_manifests, values_yaml
     from planner.output.view import Shown, View, build_view, shown_result, shown_status
     from planner.planning import plan
     from planner.read.allocations import read_allocations
@@ -102,7 +102,7 @@ _HOMES = {
     "planner.model.spec": ("Gang", "PlanSpec", "Snapshot"),
     "planner.output.explain": ("explain", "why_not"),
     "planner.output.page": ("render_page",),
-    "planner.output.render": ("Desired", "render_desired", "render_manifests", "values_yaml"),
+    "planner.output.render": ("Desired", "render_desired", "render_key", "render_manifests", "values_yaml"),
     "planner.output.view": ("Shown", "View", "build_view", "shown_result", "shown_status"),
     "planner.planning": ("plan",),
     "planner.read.allocations": ("read_allocations",),
@@ -161,6 +161,7 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "previous_placements",
     "read_allocations",
     "render_desired",
+    "render_key",
     "render_manifests",
     "render_page",
     "shown_result",

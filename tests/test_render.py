@@ -14,10 +14,12 @@ import yaml
 
 from planner.base.errors import InvalidInput
 from planner.base.vocab import plan_label_key
+from planner.model.result import previous_placements
 from planner.model.spec import LinkStrategy
 from planner.output.render import (
     render_desired,
     render_flamewakers,
+    render_key,
     render_manifests,
     values_yaml,
 )
@@ -198,3 +200,25 @@ def test_a_plan_too_large_for_one_configmap_is_cut_into_parts() -> None:
     assert [e["name"] for e in entries] == [f.entry["name"] for f in render_flamewakers(spec, result)]
     single = render_desired(*load("image-fence")).configmaps
     assert len(single) == 1 and "annotations" not in single[0]["metadata"]
+
+
+def test_results_with_one_render_key_render_the_same_objects_and_a_move_changes_the_key() -> None:
+    """A node more (the score changes, the placement stays) keeps the key and the rendering;
+    a node fewer under an instance changes both. Every golden case's key is taken too."""
+    spec = parse_plan(plan_doc({"face_feature_extract": {"P4": 8}, "face_1vn": {"P4": 4}}))
+    six = node_list([(f"p4-{i}", "P4", 8) for i in range(6)])
+    before = plan(spec, snapshot(six, None))
+    seven = node_list([(f"p4-{i}", "P4", 8) for i in range(7)])
+    more = plan(spec, snapshot(seven, None), previous=previous_placements(before.allocations))
+    assert more.score != before.score and more.allocations != before.allocations  # the terms differ
+    assert [a.nodes for a in more.allocations] == [a.nodes for a in before.allocations]
+    assert render_key(spec, more) == render_key(spec, before) is not None
+    assert render_desired(spec, more) == render_desired(spec, before)
+
+    used = sorted({n for a in before.allocations for n, _ in a.nodes})
+    fewer = node_list([(f"p4-{i}", "P4", 8) for i in range(6) if f"p4-{i}" != used[0]])
+    moved = plan(spec, snapshot(fewer, None), previous=previous_placements(before.allocations))
+    assert render_key(spec, moved) != render_key(spec, before)
+    assert render_desired(spec, moved) != render_desired(spec, before)
+    for case in GOLDEN_CASES:
+        assert render_key(*load(case)) is not None

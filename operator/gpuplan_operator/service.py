@@ -84,6 +84,7 @@ from planner import (
     previous_placements,
     read_allocations,
     render_desired,
+    render_key,
     snapshot,
 )
 from planner import plan as make_plan
@@ -134,6 +135,7 @@ class Prepared:
     # pods made so far can be lifted while the rest are still being written
     claim_first: bool = False
     took: dict[str, float] = field(default_factory=dict)  # seconds by stage, for the log line
+    known_digest: bytes | None = None  # the digest of ``desired``, when it was taken before
 
     @functools.cached_property
     def units(self) -> dict[str, dict[str, int]]:
@@ -146,7 +148,7 @@ class Prepared:
     def digest(self) -> bytes:
         """A fingerprint of everything the plan writes besides its status (computed once: the
         check that its outputs landed and the status that records them both read it)."""
-        return _digest(self.desired)
+        return self.known_digest if self.known_digest is not None else _digest(self.desired)
 
 
 _ENCODE = msgspec.json.Encoder(order="deterministic")
@@ -159,6 +161,19 @@ def _digest(desired: Desired) -> bytes:
                  desired.deployments, desired.claim_templates):  # fmt: skip
         h.update(_ENCODE.encode(part))
     return h.digest()
+
+
+@dataclass(frozen=True)
+class _Landed:
+    """A plan's outputs as this process's last apply wrote them, every write and its status landed.
+
+    ``key``: the plan's generation and :func:`planner.render_key` of the result they were rendered
+    from, with ``desired`` itself; None (and no ``desired`` kept) when the rendering depends on
+    the nodes too."""
+
+    digest: bytes
+    key: tuple[Any, ...] | None = None
+    desired: Desired | None = None
 
 
 @dataclass(frozen=True)
@@ -202,9 +217,9 @@ class PlanService:
         # called now and then while a plan that claimed its cards first writes its Deployments
         # (with the plan's namespace/name): the cycle lifts the gates of the pods made so far
         self.meanwhile: Callable[[str], None] | None = None
-        # plan uid -> digest of the outputs its last apply wrote, every write and its status landed
-        # since this process started (:meth:`landed_outputs`)
-        self._landed: dict[str, bytes] = {}
+        # plan uid -> the outputs its last apply wrote, every write and its status landed since
+        # this process started (:meth:`landed_outputs`, :meth:`landed_unrendered`)
+        self._landed: dict[str, _Landed] = {}
         # plan uid -> (monotonic time of its last status write, seconds it took): spaces progress
         self._last_status: dict[str, tuple[float, float]] = {}
 
@@ -449,7 +464,23 @@ class PlanService:
         applied since the process started, or whose last apply failed, is compared with the
         cluster as always)."""
         prepared = Prepared(plan, spec, result, desired, [], shared, written=True)
-        return prepared if self._landed.get(plan.uid) == prepared.digest else None
+        last = self._landed.get(plan.uid)
+        return prepared if last is not None and last.digest == prepared.digest else None
+
+    def landed_unrendered(
+        self, plan: PlanBody, spec: PlanSpec, result: PlanResult, shared: Shared | None
+    ) -> Prepared | None:
+        """:meth:`landed_outputs` without rendering ``result``: when it places every instance where
+        the plan's last landed apply did, from the same spec (only scores differ), its outputs are
+        the ones that apply rendered, kept. After a cordon, every plan of the cluster is re-planned
+        and all but the moved ones are this; rendering them again took most of a cordon's cycle at
+        3,000 nodes (three plans of 2,480 entries). None when it may differ (then render)."""
+        last = self._landed.get(plan.uid)
+        if last is None or last.key is None or last.desired is None:
+            return None
+        if last.key != (plan.generation, render_key(spec, result)):
+            return None
+        return Prepared(plan, spec, result, last.desired, [], shared, written=True, known_digest=last.digest)
 
     def hand_over(self, prepared: Prepared) -> Outcome | None:
         """The writes that free cards (Deployments the plan no longer wants): every plan's go
@@ -572,7 +603,11 @@ class PlanService:
             prepared.took["status"] = time.perf_counter() - started
             log.info("%s: %s: %s; %s", plan.ref, phase, new["message"], ready.message)
         if phase is Phase.APPLIED:
-            self._landed[plan.uid] = prepared.digest
+            key = render_key(spec, result)
+            if key is None:
+                self._landed[plan.uid] = _Landed(prepared.digest)
+            else:
+                self._landed[plan.uid] = _Landed(prepared.digest, (plan.generation, key), desired)
         if changes:
             took = ", ".join(f"{k} {v:.2f}s" for k, v in prepared.took.items())
             log.info(

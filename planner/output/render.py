@@ -481,6 +481,24 @@ def render_desired(spec: PlanSpec, result: PlanResult, priority_base: int = PRIO
     )
 
 
+def render_key(spec: PlanSpec, result: PlanResult) -> tuple[Any, ...] | None:
+    """All of ``result`` that :func:`render_desired` reads, for a given ``spec``: two results with
+    the same key render the same objects. Where the placement stays and only the scores change
+    (a cordon elsewhere changes every plan's score), a caller keeping what it rendered last can
+    skip rendering thousands of entries again. None when the output also depends on the nodes
+    themselves, which the result does not carry: the devices of a DRA claim (their attributes)
+    and a CPU request sized from a node's or NUMA zone's CPUs (``numaShare``)."""
+    for a in result.allocations:
+        cpu = spec.operator(a.operator).cpu_request
+        if a.devices or (cpu is not None and cpu.millicores is None):  # numaShare: the node's CPUs
+            return None
+    placement = tuple(
+        (a.operator, a.resource, a.strategy, a.instances, a.units, a.nodes, a.straddling, a.zones)
+        for a in result.allocations
+    )  # not ``term``: a score is not rendered
+    return placement, tuple(sorted(p.resource.name for p in result.problems if p.any_node))
+
+
 def render_manifests(
     spec: PlanSpec, result: PlanResult, priority_base: int = PRIORITY_BASE
 ) -> list[dict[str, Any]]:

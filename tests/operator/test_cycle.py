@@ -410,3 +410,84 @@ def test_a_re_plan_that_moves_nothing_writes_only_the_status_without_reading_the
     assert fresh.run().planned == ["ns/s"]
     assert status_of(kube, "s")["score"] == before["score"]
     assert [p for m, p in kube.requests if m == "GET" and "configmaps" in p]
+
+
+def deployments(kube: FakeKube) -> list[dict[str, Any]]:
+    return kube.items("apis/apps/v1/namespaces/ns/deployments")
+
+
+def rendering_counted(cycle: Cycle) -> list[str]:
+    """The plans the cycle's service renders from now on, by name, in order."""
+    rendered: list[str] = []
+    render = cycle.service.render
+
+    def counted(plan: PlanBody, spec: Any, result: Any) -> Any:
+        rendered.append(plan.name)
+        return render(plan, spec, result)
+
+    cycle.service.render = counted  # type: ignore[method-assign]
+    return rendered
+
+
+def cordon(kube: FakeKube, cache: ClusterCache, name: str, unschedulable: bool = True) -> None:
+    """Cordon (or uncordon) ``name`` in the API server and in the cycle's node cache."""
+    changed = node(name, unschedulable=unschedulable)
+    changed["metadata"]["labels"] = (kube.get_obj(NODES, name) or {})["metadata"]["labels"]
+    kube.put(NODES, changed)
+    assert cache.nodes.replace(kube.request("GET", "/api/v1/nodes")["items"])
+
+
+def test_a_plan_placed_as_its_last_apply_placed_it_is_not_rendered_again() -> None:
+    """After a cordon elsewhere every plan is re-planned and its score changes; those whose
+    instances stay keep what their last apply rendered (only the status is written). A plan
+    that moves, or whose spec changed, is rendered again."""
+    kube = cluster(*[node(f"p4-{i}") for i in range(6)])
+    kube.put(PLANS_NS, plan("a", deploy=True, gang="none", **spec(8)))
+    cycle, cache = cycle_on(kube)
+    cycle.run()
+    rendered = rendering_counted(cycle)
+    used = {n for a in status_of(kube, "a")["allocations"] for n in a["nodes"]}
+    idle = sorted({f"p4-{i}" for i in range(6)} - used)
+    before = status_of(kube, "a")
+
+    cordon(kube, cache, idle[0])  # fewer schedulable nodes: the spread score changes
+    assert cycle.run().planned == ["ns/a"]
+    assert status_of(kube, "a")["score"] != before["score"]
+    assert status_of(kube, "a")["allocations"] == before["allocations"] and rendered == []
+
+    victim = sorted(used)[0]
+    cordon(kube, cache, victim)  # one of its own nodes: it moves, and is rendered
+    assert cycle.run().moved == ["ns/a"] and rendered == ["a"]
+    assert victim not in {n for a in status_of(kube, "a")["allocations"] for n in a["nodes"]}
+    assert victim not in {
+        n for d in deployments(kube) for n in d["spec"]["template"]["spec"]["nodeSelector"].values()
+    }
+
+    spec_changed = kube.get_obj(PLANS_NS, "a") or {}
+    spec_changed["spec"]["image"] = "ragnaros/flamewaker:2"
+    spec_changed["metadata"]["generation"] = 2
+    kube.put(PLANS_NS, spec_changed)
+    assert cache.plans.replace(kube.request("GET", PLANS_NS)["items"])
+    cordon(kube, cache, idle[0], unschedulable=False)
+    rendered.clear()
+    cycle.run()
+    assert rendered == ["a"]  # the same placement, a new spec: rendered again
+    assert {d["spec"]["template"]["spec"]["containers"][0]["image"] for d in deployments(kube)} == {
+        "ragnaros/flamewaker:2"
+    }
+
+
+def test_a_plan_whose_rendering_reads_the_nodes_is_rendered_at_every_re_plan() -> None:
+    """A CPU request sized from a node's CPUs depends on the node, which the placement does not
+    say: such a plan is rendered again whenever it is re-planned."""
+    kube = cluster(*[node(f"p4-{i}") for i in range(6)])
+    operators = [{"name": "face_feature_extract", "cpuRequest": "numaShare"}]
+    kube.put(PLANS_NS, plan("c", deploy=True, gang="none", operators=operators, **spec(8)))
+    cycle, cache = cycle_on(kube)
+    cycle.run()
+    assert phase(kube, "c") == "Applied"
+    rendered = rendering_counted(cycle)
+    used = {n for a in status_of(kube, "c")["allocations"] for n in a["nodes"]}
+    cordon(kube, cache, sorted({f"p4-{i}" for i in range(6)} - used)[0])
+    assert cycle.run().planned == ["ns/c"]
+    assert rendered == ["c"]

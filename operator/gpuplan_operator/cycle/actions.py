@@ -15,7 +15,9 @@ new pods stay gated until the leaving ones are gone (:mod:`..release`), and star
 *Hand over*: each plan's result is rendered and its writes computed (pure, :mod:`..writes`)
 first; a plan whose status already says its answer is left alone, and one whose outputs are
 in the cluster as this process last wrote them (only its score or message changed: a cordon
-elsewhere changes every plan's score) has only its status written. Then every plan's
+elsewhere changes every plan's score) has only its status written. When it places every
+instance where that apply did, from the same spec, it is not even rendered again: what the apply
+rendered is kept (:meth:`~gpuplan_operator.service.PlanService.landed_unrendered`). Then every plan's
 Deployments that leave go, for all plans, before any plan writes the rest: cards passing from
 one plan to another are released before the instances that take them are created, so no node
 is asked for more cards than it has. Then labels, classes, the ConfigMap, claim templates and
@@ -146,6 +148,9 @@ def hand_over(
             outcomes[t.plan.uid] = Outcome(Phase(t.plan.status["phase"]), str(t.plan.status.get("message")))
             continue
         result = applied_result(answer)
+        if t.plan.uid not in verify and (kept := service.landed_unrendered(t.plan, t.spec, result, answer)):
+            landed.append(kept)  # placed as its last apply placed it: rendered then, not again
+            continue
         desired = service.render(t.plan, t.spec, result)
         if isinstance(desired, Outcome):
             outcomes[t.plan.uid] = desired
