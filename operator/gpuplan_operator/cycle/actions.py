@@ -138,6 +138,7 @@ def hand_over(
     then the rest of every plan's (side by side), then the statuses in :func:`release_rounds`;
     each plan's outcome by uid."""
     outcomes: dict[str, Outcome] = {}
+    took: dict[str, float] = {}  # seconds each plan's rendering took, by uid (for its log line)
     rendered = []
     landed: list[Prepared] = []  # outputs as they are in the cluster: only the status changes
     for t, answer in zip(taking, answers, strict=True):
@@ -151,7 +152,9 @@ def hand_over(
         if t.plan.uid not in verify and (kept := service.landed_unrendered(t.plan, t.spec, result, answer)):
             landed.append(kept)  # placed as its last apply placed it: rendered then, not again
             continue
+        started = time.perf_counter()
         desired = service.render(t.plan, t.spec, result)
+        took[t.plan.uid] = time.perf_counter() - started
         if isinstance(desired, Outcome):
             outcomes[t.plan.uid] = desired
             continue
@@ -177,6 +180,7 @@ def hand_over(
             if isinstance(got, Outcome):
                 outcomes[t.plan.uid] = got
             else:
+                got.took = {"render": took[t.plan.uid], **got.took}
                 prepared.append(got)
     prepared.extend(landed)
     for p in prepared:
