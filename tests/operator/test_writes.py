@@ -162,7 +162,9 @@ def test_a_deployment_compared_before_in_the_same_version_is_not_compared_again(
     desired = desired_for({"face_feature_extract": {"P4": 4}}, nodes)
     observed = landed(body, desired, nodes)
     for i, (name, dep) in enumerate(observed.deployments.items()):
-        meta = dict(dep["metadata"], uid=f"uid-{name}", resourceVersion=str(100 + i), namespace="ns")
+        meta = dict(
+            dep["metadata"], uid=f"uid-{name}", resourceVersion=str(100 + i), namespace="ns", generation=1
+        )
         observed.deployments[name] = dict(dep, metadata=meta)  # type: ignore[index]
     assert apply_writes(body, desired, observed, ()) == []
     compared: list[str] = []
@@ -176,9 +178,20 @@ def test_a_deployment_compared_before_in_the_same_version_is_not_compared_again(
     monkeypatch.setattr(writes_module, "covers", counting)
     assert apply_writes(body, desired, observed, ()) == []
     assert compared == []  # every Deployment: the same version, the same manifest as last time
+    for name, dep in observed.deployments.items():  # the Deployment controller wrote every status
+        meta = dict(dep["metadata"], resourceVersion=str(int(dep["metadata"]["resourceVersion"]) + 500))
+        observed.deployments[name] = dict(dep, metadata=meta)  # type: ignore[index]
+    assert apply_writes(body, desired, observed, ()) == []
+    assert compared == []  # nothing the comparison reads changed
     name, dep = next(iter(observed.deployments.items()))
-    edited = dict(dep, spec=dict(dep["spec"], replicas=5))  # someone scaled it: a new version
-    edited["metadata"] = dict(dep["metadata"], resourceVersion="999")
+    edited = dict(dep, spec=dict(dep["spec"], replicas=5))  # someone scaled it: a new generation
+    edited["metadata"] = dict(dep["metadata"], resourceVersion="999", generation=2)
     observed.deployments[name] = edited  # type: ignore[index]
     (write,) = apply_writes(body, desired, observed, ())
     assert (write.step, write.name) == (Step.DEPLOYMENTS, name) and compared == [name]
+    compared.clear()
+    name, dep = list(observed.deployments.items())[1]
+    relabelled = dict(dep, metadata=dict(dep["metadata"], labels={}, resourceVersion="1000"))
+    observed.deployments[name] = relabelled  # type: ignore[index]  # its labels removed: same generation
+    writes = apply_writes(body, desired, observed, ())
+    assert name in [w.name for w in writes] and name in compared
