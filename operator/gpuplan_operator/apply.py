@@ -35,7 +35,7 @@ from typing import TypeVar
 from gpuplan_operator import cluster
 from gpuplan_operator.kube import JSON, KubeApi
 from gpuplan_operator.metrics import Metrics
-from gpuplan_operator.writes import Step, Verb, Write, wave
+from gpuplan_operator.writes import Step, Verb, Write, remember_applied, wave
 
 PARALLEL_WRITES = 8  # at most this many requests in flight (the connection pool's size)
 MEANWHILE_EVERY = 2.0  # seconds between the calls of ``meanwhile`` during a long wave
@@ -126,6 +126,7 @@ def perform(
                 except Exception as e:
                     failure = failure or (write, e)
                     continue
+                remember_applied(write, obj)
                 if landed is not None:
                     landed(write, obj)
                 if accepted:

@@ -162,11 +162,14 @@ class FakeKube(RestVerbs):
         assert method == "PATCH"
         current = self.objects.get((collection, name))
         if content_type == APPLY_PATCH:
-            obj = copy.deepcopy(current) if current else {"metadata": {"uid": f"uid-{name}"}}
+            obj = copy.deepcopy(current) if current else {"metadata": {"uid": f"uid-{name}", "generation": 1}}
             meta = obj["metadata"]
+            spec = obj.get("spec")
             obj.update(copy.deepcopy({k: v for k, v in body.items() if k != "metadata"}))
             meta.update(copy.deepcopy(body["metadata"]))
             meta["resourceVersion"] = str(next(_rv))
+            if current is not None and obj.get("spec") != spec:  # as the API server counts them
+                meta["generation"] = int(meta.get("generation") or 1) + 1
             if obj.get("globalDefault") is False:  # omitempty, as PriorityClasses read back
                 del obj["globalDefault"]
             self.objects[(collection, name)] = obj

@@ -7,7 +7,10 @@ from typing import Any
 import pytest
 from gpuplan_operator import diff
 from gpuplan_operator import writes as writes_module
+from gpuplan_operator.apply import perform
 from gpuplan_operator.body import PlanBody
+from gpuplan_operator.cluster import read_for_apply
+from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.writes import (
     Changes,
     Observed,
@@ -23,6 +26,7 @@ from planner.output.render import Desired, render_desired
 from planner.planning import plan as make_plan
 from planner.read.parse import parse_spec, snapshot
 from tests.operator.builders import node, plan
+from tests.operator.fake_kube import FakeKube
 
 KEY = "gpuplan.ragnaros.io/ns.p"
 
@@ -195,3 +199,36 @@ def test_a_deployment_compared_before_in_the_same_version_is_not_compared_again(
     observed.deployments[name] = relabelled  # type: ignore[index]  # its labels removed: same generation
     writes = apply_writes(body, desired, observed, ())
     assert name in [w.name for w in writes] and name in compared
+
+
+def test_a_deployment_applied_is_not_compared_again_after_its_controller_annotates_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The apply's own answer is compared when it lands: the first re-plan after a new plan's
+    deploy (a cordon) compares none of its Deployments, though the Deployment controller has
+    since written each one's status and added its revision annotation."""
+    monkeypatch.setattr(writes_module, "_COVERED", {})
+    kube = FakeKube()
+    nodes = [node(f"p4-{i}") for i in range(4)]
+    for n in nodes:
+        kube.put("api/v1/nodes", n)
+    body = PlanBody.from_object(plan(requests={"face_feature_extract": {"P4": 4}}, deploy=True))
+    desired = desired_for({"face_feature_extract": {"P4": 4}}, nodes)
+    perform(kube, apply_writes(body, desired, read_for_apply(kube, body, desired, nodes), ()), Metrics())
+    compared: list[str] = []
+    real = diff.covers
+
+    def counting(actual: Any, desired: Any, key: str = "") -> bool:
+        if isinstance(desired, dict) and desired.get("kind") == "Deployment":
+            compared.append(desired["metadata"]["name"])
+        return real(actual, desired, key)
+
+    monkeypatch.setattr(writes_module, "covers", counting)
+    observed = read_for_apply(kube, body, desired, kube.items("api/v1/nodes"))
+    assert len(observed.deployments) == len(desired.deployments) > 0
+    for name, dep in observed.deployments.items():  # what the Deployment controller does next
+        notes = {**(dep["metadata"].get("annotations") or {}), "deployment.kubernetes.io/revision": "1"}
+        meta = dict(dep["metadata"], annotations=notes, resourceVersion="7000")
+        observed.deployments[name] = dict(dep, metadata=meta, status={"replicas": 1})  # type: ignore[index]
+    assert apply_writes(body, desired, observed, ()) == []
+    assert compared == []
