@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,9 @@ _SAMPLE = re.compile(
     re.MULTILINE,
 )
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
+_CYCLES = re.compile(
+    r'^gpuplan_(?:cycles_total|cycle_seconds_sum\{stage="(?P<stage>[^"]+)"\}) (?P<value>\S+)$', re.MULTILINE
+)
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -40,6 +44,7 @@ class Reading:
     requests: Counter[str] = field(default_factory=Counter)  # "VERB resource [subresource] [scope]"
     seconds: dict[str, float] = field(default_factory=dict)  # the API server's time answering them
     cpu: dict[str, float] = field(default_factory=dict)  # seconds per process name
+    cycles: dict[str, float] = field(default_factory=dict)  # the operator's: "cycles", seconds per stage
 
 
 def _cpu_by_process() -> dict[str, float]:
@@ -81,10 +86,24 @@ def _get(kube: Kube, path: str, timeout: float = 30.0) -> bytes:
     return data
 
 
-def read(kube: Kube) -> Reading:
-    """The API server's request counters and the control plane's CPU, now."""
+def _operator_cycles(url: str) -> dict[str, float]:
+    """The operator's scheduling cycles so far and the seconds spent in each stage of them (its
+    own ``/metrics``); empty when it does not answer (not started yet, or gone)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    return {m["stage"] or "cycles": float(m["value"]) for m in _CYCLES.finditer(text)}
+
+
+def read(kube: Kube, operator_metrics: str | None = None) -> Reading:
+    """The API server's request counters and the control plane's CPU, now; with the operator's
+    metrics URL, its cycles too."""
     text = _get(kube, "/metrics").decode()
     reading = Reading(cpu=_cpu_by_process())
+    if operator_metrics is not None:
+        reading.cycles = _operator_cycles(operator_metrics)
     for m in _SAMPLE.finditer(text):
         labels = dict(_LABEL.findall(m["labels"]))
         verb = labels.get("verb", "")
@@ -107,10 +126,12 @@ def between(before: Reading, after: Reading) -> dict[str, object]:
     frequent = sorted(((n, key) for key, n in requests.items() if n > 0), reverse=True)
     seconds = {key: s - before.seconds.get(key, 0.0) for key, s in after.seconds.items()}
     cpu = {name: s - before.cpu.get(name, 0.0) for name, s in after.cpu.items()}
+    cycles = {k: v - before.cycles.get(k, 0.0) for k, v in after.cycles.items()}
     return {
         "requests": {key: n for n, key in frequent},
         "seconds": {key: round(seconds.get(key, 0.0), 2) for _, key in frequent},
         "cpu": {name: round(s, 1) for name, s in sorted(cpu.items()) if s > 0},
+        "cycles": {k: round(v, 2) for k, v in cycles.items() if v > 0},
     }
 
 
@@ -120,6 +141,10 @@ def summary(phase: dict[str, object], top: int = 12) -> str:
     cpu = phase["cpu"]
     assert isinstance(requests, dict) and isinstance(seconds, dict) and isinstance(cpu, dict)
     lines = ["  cpu s: " + ", ".join(f"{k} {v}" for k, v in cpu.items())]
+    cycles = dict(phase.get("cycles") or {})  # type: ignore[call-overload]
+    if count := cycles.pop("cycles", 0):
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in cycles.items() if k != "total")
+        lines.append(f"  operator: {count:.0f} cycles, {cycles.get('total', 0.0):.1f} s in them ({stages})")
     lines.append(f"  requests: {sum(requests.values())}, answered in {sum(seconds.values()):.1f} s")
     lines += [f"    {n:>7} {seconds[key]:>7.1f} s  {key}" for key, n in list(requests.items())[:top]]
     return "\n".join(lines)

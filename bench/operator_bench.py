@@ -56,7 +56,17 @@ from gpuplan_operator.apply import PARALLEL_WRITES  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 from watched import WatchedApi  # noqa: E402
 
-from e2e.support import Api, Kubectl, OperatorProcess, fake_node, label_key, node_ready, wait_for  # noqa: E402
+from e2e.support import (  # noqa: E402
+    METRICS_PORT_ENV,
+    Api,
+    Kubectl,
+    OperatorProcess,
+    fake_node,
+    free_port,
+    label_key,
+    node_ready,
+    wait_for,
+)
 
 NS = "gpuplan-bench"
 PLAN = "scale"
@@ -365,12 +375,13 @@ def one_size(
     share = nodes // len(plans)
     result: dict[str, Any] = {"nodes": nodes, "plans": len(plans), "ledger": {}}
     poll = POD_POLL
+    metrics: str | None = None  # the operator's, once it runs: its cycles go into the ledger
     mark = ledger.read(api.kube)
 
     def phase(name: str) -> None:
         """Note what the control plane did since the last phase ended."""
         nonlocal mark
-        now = ledger.read(api.kube)
+        now = ledger.read(api.kube, metrics)
         result["ledger"][name] = ledger.between(mark, now)
         mark = now
 
@@ -381,7 +392,8 @@ def one_size(
         first_bare = json.loads(saved.read_text())
         result["floor_before"] = floor(api, first_bare, replicas(first_bare), poll, phase, "floor before")
     operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
-    operator.start()
+    operator.start(extra_env={METRICS_PORT_ENV: str(free_port())})
+    metrics = operator.metrics_url
     try:
         phase("idle")
         profile(api, "deploy")

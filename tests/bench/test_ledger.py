@@ -1,0 +1,63 @@
+"""The operator bench's ledger: the operator's own cycles are read from its metrics and told per phase."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import ledger
+
+METRICS = """# HELP gpuplan_cycles_total Scheduling cycles run.
+gpuplan_cycles_total {cycles}
+gpuplan_cycle_seconds_sum{{stage="release"}} {release}
+gpuplan_cycle_seconds_sum{{stage="readiness"}} 0.5
+gpuplan_cycle_seconds_sum{{stage="total"}} {total}
+gpuplan_cycle_seconds_count{{stage="total"}} {cycles}
+"""
+
+
+@pytest.fixture
+def operator() -> Iterator[tuple[str, dict[str, float]]]:
+    """An HTTP server answering ``/metrics`` as the operator would, from the dict it yields."""
+    now = {"cycles": 3, "release": 1.0, "total": 2.0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = METRICS.format(**now).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/metrics", now
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_phase_tells_the_cycles_the_operator_ran_in_it_and_their_stages(
+    operator: tuple[str, dict[str, float]],
+) -> None:
+    url, now = operator
+    before = ledger.Reading(cycles=ledger._operator_cycles(url))
+    assert before.cycles == {"cycles": 3, "release": 1.0, "readiness": 0.5, "total": 2.0}
+    now.update(cycles=43, release=9.0, total=12.5)
+    after = ledger.Reading(cycles=ledger._operator_cycles(url))
+    phase = ledger.between(before, after)
+    assert phase["cycles"] == {"cycles": 40, "release": 8.0, "total": 10.5}  # readiness: no time in it
+    assert "operator: 40 cycles, 10.5 s in them (release 8.0)" in ledger.summary(phase)
+
+
+def test_an_operator_not_answering_has_no_cycles() -> None:
+    assert ledger._operator_cycles("http://127.0.0.1:9/metrics") == {}
+    assert "operator:" not in ledger.summary(ledger.between(ledger.Reading(), ledger.Reading()))
