@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
@@ -91,3 +94,38 @@ def test_no_answer_at_all_is_an_api_error_too() -> None:
     assert err.value.status == 0
     assert api_error_message(err.value).startswith("PATCH /api/v1/nodes/n1: no answer from the API server")
     assert kube.writes == 0
+
+
+def test_a_watch_yields_each_event_whole_wherever_the_chunks_cut_the_lines() -> None:
+    """Events of any size, several in one chunk or one across several, blank lines between."""
+    events = [{"type": "ADDED", "object": {"metadata": {"name": f"p{i}"}, "data": "x" * size}}
+              for i, size in enumerate((10, 70_000, 5, 200_000, 1, 3))]  # fmt: skip
+    text = b"\n".join(json.dumps(e).encode() for e in events[:3]) + b"\n\n"
+    text += b"\n".join(json.dumps(e).encode() for e in events[3:]) + b"\n"
+    cuts = [0, 7, 8, 70_030, 70_031, 140_000, 280_000, len(text)]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for a, b in itertools.pairwise(cuts):
+                piece = text[a:b]
+                self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.close_connection = True  # the server serves one connection at a time
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kube = Kube(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{server.server_port}")))
+        assert list(kube.stream("/api/v1/pods", {"watch": "true"}, read_timeout=5)) == events
+    finally:
+        server.shutdown()
+        server.server_close()
