@@ -74,6 +74,17 @@ def _gated(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == GANG_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
+def gates_waiting(pods: Sequence[Mapping[str, Any]], waiting: str | None = None) -> Readiness | None:
+    """Not Ready because some of the plan's pods still wait for their gang gate (what
+    :func:`readiness` says first), else None. Read from the pods alone: while a deploy's gates
+    are being lifted a caller need not gather the plan's Deployments at all."""
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    if gated := sum(1 for p in live if _gated(p)):
+        why = waiting or f"{gated} pod(s) gated until every planned node has the cards for them"
+        return Readiness(False, Reason.WAITING, why)
+    return None
+
+
 def readiness(
     deployments: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
@@ -84,10 +95,9 @@ def readiness(
     """``waiting``: why the plan's gated pods wait (the last release decision), if known."""
     if not deploy:
         return Readiness(True, Reason.NO_PODS, "deploy is false: the flamewakers ConfigMap is the output")
+    if (gates := gates_waiting(pods, waiting)) is not None:
+        return gates
     live = _PodIndex([p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")])
-    if gated := sum(1 for p in live.pods if _gated(p)):
-        why = waiting or f"{gated} pod(s) gated until every planned node has the cards for them"
-        return Readiness(False, Reason.WAITING, why)
     want = scheduled = 0
     pending: list[str] = []
     misplaced: list[str] = []

@@ -56,7 +56,7 @@ from gpuplan_operator.body import PlanBody
 from gpuplan_operator.gang import GangCode, GangDecision
 from gpuplan_operator.kube import KubeApi, api_error_message
 from gpuplan_operator.metrics import PLAN_STATUS, Metrics, Trigger
-from gpuplan_operator.readiness import readiness
+from gpuplan_operator.readiness import gates_waiting, readiness
 from gpuplan_operator.release import GANG_TIMEOUT, GateKeeper
 from gpuplan_operator.status import Phase, Readiness, Reason
 from gpuplan_operator.watch import NODE_GRACE, planning_view, utcnow
@@ -680,13 +680,15 @@ class PlanService:
         if old.get("phase") != Phase.APPLIED:
             phase = old.get("phase") or Phase.PLANNING.value
             return Outcome(Phase(phase), str(old.get("message") or ""), stale=stale)
-        deployments, pods = [], []
-        if plan.deploy:
-            managed = self._managed(plan.namespace)
-            deployments = cluster.plan_deployments(self.kube, plan.namespace, plan.name, managed)
-            pods = self._plan_pods(plan)
         waiting = self.gates.waiting(plan.namespace, plan.name)
-        ready = readiness(deployments, pods, plan.label_key, plan.deploy, waiting)
+        pods = self._plan_pods(plan) if plan.deploy else []
+        ready = gates_waiting(pods, waiting) if plan.deploy else None
+        if ready is None:  # the Deployments only once no pod waits for its gate (a deploy's tail)
+            managed = self._managed(plan.namespace)
+            deployments = (
+                cluster.plan_deployments(self.kube, plan.namespace, plan.name, managed) if plan.deploy else []
+            )
+            ready = readiness(deployments, pods, plan.label_key, plan.deploy, waiting)
         generation = int(old.get("observedGeneration") or 0)
         new = st.with_readiness(old, ready, generation, self.clock())
         if self._progress_waits(plan, new):

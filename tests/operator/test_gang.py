@@ -414,3 +414,34 @@ def test_claim_pods_wait_until_every_device_of_the_placement_can_be_allocated() 
     assert [s.text() for s in missing] == ["b: device gpu-0 not published in its ResourceSlices"]
     free = decision([])
     assert free.code is GangCode.RELEASED and {r.pod.name for r in free.releases} == {"x", "y"}
+
+
+def test_a_pod_is_read_once_per_version_and_its_planned_node_follows_the_node_labels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuplan_operator import gang
+
+    monkeypatch.setattr(gang, "_READ", {})
+    parsed: list[str] = []
+    from planner import pod_requests as real
+
+    def counting(p: dict[str, Any]) -> Any:
+        parsed.append(p["metadata"]["name"])
+        return real(p)
+
+    monkeypatch.setattr("gpuplan_operator.gang.pod_requests", counting)
+    gated = pod("a", 4, planned="n1", gated=True)
+    gated["metadata"]["uid"] = "uid-a"
+    first = read_pod(gated, NodeIndex([node("n1"), node("n2")]))
+    assert (first.planned, first.gated, dict(first.requests)) == ("n1", True, {"nvidia.com/gpu": 4})
+    relabelled = node("n2")
+    relabelled["metadata"]["labels"][KEY] = "n1"  # now two nodes match: pinned to neither
+    again = read_pod(gated, NodeIndex([node("n1"), node("n2")]))
+    assert again.planned == "n1" and parsed == ["a"]  # the pod's own part was not read again
+    assert read_pod(gated, NodeIndex([node("n1"), relabelled])).planned is None
+    bound = dict(
+        gated,
+        spec={**gated["spec"], "nodeName": "n1"},
+        metadata={**gated["metadata"], "resourceVersion": "8"},
+    )
+    assert read_pod(bound, NodeIndex([node("n1")])).bound == "n1" and parsed == ["a", "a"]

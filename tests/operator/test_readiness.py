@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplan_operator.readiness import readiness
+from gpuplan_operator.readiness import gates_waiting, readiness
 
 KEY = "gpuplan.ragnaros.io/ns.p"
 
@@ -84,3 +84,17 @@ def test_a_released_pod_pending_is_pending_not_waiting() -> None:
     released = pod("p1", "d1", None)
     said = readiness([deployment("d1", 1, "n1")], [released], KEY, deploy=True, waiting="stale words")
     assert said.reason == "Pending"
+
+
+def test_gates_waiting_is_what_readiness_says_first_and_needs_no_deployments() -> None:
+    gated = pod("p1", "d1", None)
+    gated["spec"]["schedulingGates"] = [{"name": "gpuplan.ragnaros.io/gang"}]
+    leaving = pod("p0", "d1", None, deleting=True)
+    leaving["spec"]["schedulingGates"] = [{"name": "gpuplan.ragnaros.io/gang"}]
+    bound = pod("p2", "d1", "n1")
+    waits = gates_waiting([gated, leaving, bound], "n1 needs 8 nvidia.com/gpu, 2 free")
+    assert waits == readiness(
+        [deployment("d1", 2, "n1")], [gated, leaving, bound], KEY, True, waits.message if waits else None
+    )
+    assert waits is not None and waits.reason == "Waiting" and not waits.ready
+    assert gates_waiting([leaving, bound]) is None  # a gated pod on its way out waits for nothing

@@ -133,10 +133,13 @@ def hand_over(
     nodes: list[dict[str, Any]],
     read: ClusterRead,
     verify: Collection[str] = (),
+    stages: dict[str, float] | None = None,
 ) -> dict[str, Outcome]:
     """Render, compute every plan's writes, perform the ones that free cards for all plans first,
     then the rest of every plan's (side by side), then the statuses in :func:`release_rounds`;
-    each plan's outcome by uid."""
+    each plan's outcome by uid. ``stages`` gets the seconds of each step, for the cycle's log."""
+    stages = {} if stages is None else stages
+    begun = time.perf_counter()
     outcomes: dict[str, Outcome] = {}
     took: dict[str, float] = {}  # seconds each plan's rendering took, by uid (for its log line)
     rendered = []
@@ -166,6 +169,7 @@ def hand_over(
             landed.append(same)
             continue
         rendered.append((t, answer, result, desired))
+    stages["render"] = time.perf_counter() - begun
     wanted = {pc["metadata"]["name"] for *_, d in rendered for pc in d.priority_classes}
     written = {t.plan.uid for t, *_ in rendered}  # the others keep the classes their status lists
     in_use = wanted | reserve.priority_classes_in_use([p for p in read.plans if p.uid not in written], "")
@@ -183,6 +187,8 @@ def hand_over(
                 got.took = {"render": took[t.plan.uid], **got.took}
                 prepared.append(got)
     prepared.extend(landed)
+    stages["read and compare"] = time.perf_counter() - begun - stages["render"]
+    writing = time.perf_counter()
     for p in prepared:
         if (failed := service.hand_over(p)) is not None:
             outcomes[p.plan.uid] = failed
@@ -200,12 +206,15 @@ def hand_over(
             return None
         return service.complete(p)
 
+    stages["writes"] = time.perf_counter() - writing
+    statuses = time.perf_counter()
     with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-status") as pool:
         for group in release_rounds(prepared):
             group = [(step, p) for step, p in group if p.plan.uid not in outcomes]
             for (_, p), outcome in zip(group, pool.map(in_context(finish), group), strict=True):
                 if outcome is not None:
                     outcomes[p.plan.uid] = outcome
+    stages["statuses"] = time.perf_counter() - statuses
     return outcomes
 
 

@@ -159,6 +159,7 @@ class Cycle:
             order = [p for p in admission_order(read.plans) if self.serves(p)]
             due = self._due(order, cluster, read, report)
             taking, alone = self._parse([p for p in order if p.uid in due], report)
+            report.took["inputs"] = time.perf_counter() - snapped
             if taking:
                 self._allocate(taking, due, read, nodes, report)
             for plan in alone:  # dry runs: planned around everything the others hold, as before
@@ -183,7 +184,8 @@ class Cycle:
         self.service.metrics.cycle(report.stages, len(report.planned))
         if report.planned:
             took = ", ".join(f"{k} {v:.2f}s" for k, v in report.stages.items())
-            log.info("cycle: planned %s (%s)", ", ".join(report.planned), took)
+            inside = ", ".join(f"{k} {v:.2f}s" for k, v in report.took.items() if k != "plan")
+            log.info("cycle: planned %s (%s; the write's: %s)", ", ".join(report.planned), took, inside)
         return report
 
     def _due(
@@ -246,13 +248,18 @@ class Cycle:
                 self._record(t.plan, outcome, report)
             return
         planning = time.perf_counter()
+        report.took["planner snapshot"] = planning - started
         answers = allocate(self.service, taking, snap)
-        report.took["plan"] = report.took.get("plan", 0.0) + time.perf_counter() - planning
+        handing = time.perf_counter()
+        report.took["plan"] = report.took.get("plan", 0.0) + handing - planning
+        stages: dict[str, float] = {}
         try:
             verify = {t.plan.uid for t in taking if due[t.plan.uid] in ("new", "retry")}
-            outcomes = hand_over(self.service, taking, answers, nodes, read, verify)
+            outcomes = hand_over(self.service, taking, answers, nodes, read, verify, stages)
+            report.took.update(stages)
         except ApiException as e:  # e.g. reading a plan's objects failed: every plan again, later
             outcomes = {t.plan.uid: self.service.errored(t.plan, e) for t in taking}
+        report.took["hand over"] = time.perf_counter() - handing
         took = time.perf_counter() - started
         for t in taking:  # every plan's reconcile took the whole allocation and its writes
             self.service.metrics.plan_duration.observe(took)
