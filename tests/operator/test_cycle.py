@@ -9,7 +9,7 @@ from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cache.caches import ClusterCache
 from gpuplan_operator.cluster import of_plan
 from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others
-from gpuplan_operator.cycle.session import Cycle
+from gpuplan_operator.cycle.session import Cycle, Report
 from gpuplan_operator.service import Options, PlanService
 
 from tests.operator.builders import NODES, NOW, PLANS_NS, cluster, node, plan, pod
@@ -491,3 +491,39 @@ def test_a_plan_whose_rendering_reads_the_nodes_is_rendered_at_every_re_plan() -
     cordon(kube, cache, sorted({f"p4-{i}" for i in range(6)} - used)[0])
     assert cycle.run().planned == ["ns/c"]
     assert rendered == ["c"]
+
+
+def test_the_readiness_of_several_plans_is_checked_side_by_side() -> None:
+    """Each check may write a status (most of a second for a large plan on a busy API server);
+    three checked one after another held a cordon's cycle back."""
+    import threading
+    import time
+
+    from gpuplan_operator.cycle.session import _Memory
+    from gpuplan_operator.service import Outcome
+    from gpuplan_operator.status import Phase
+
+    kube = cluster(node("p4-0"))
+    cycle, _ = cycle_on(kube)
+    plans = {f"uid-{n}": body(n) for n in ("a", "b", "c")}
+    for uid in plans:
+        cycle.memory[uid] = _Memory(phase=Phase.APPLIED, ready=False)
+    running, most = 0, 0
+    lock = threading.Lock()
+
+    def check(plan: PlanBody) -> Outcome:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.2)
+        with lock:
+            running -= 1
+        return Outcome(Phase.APPLIED, "", ready=plan.name != "b")
+
+    cycle.service.check_readiness = check  # type: ignore[method-assign]
+    report = Report()
+    assert cycle._readiness(plans, set(), report) == 3
+    assert most == 3
+    assert [cycle.memory[u].ready for u in plans] == [True, False, True]
+    assert report.wake_in == cycle.options.ready_poll  # b is not Ready: looked at again soon

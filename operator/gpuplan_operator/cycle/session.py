@@ -33,6 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -40,10 +41,11 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpuplan_operator import reserve
+from gpuplan_operator.apply import in_context
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cache.caches import ClusterCache
 from gpuplan_operator.cluster import ClusterRead
-from gpuplan_operator.cycle.actions import Taking, allocate, hand_over, joint_snapshot
+from gpuplan_operator.cycle.actions import PARALLEL_PLANS, Taking, allocate, hand_over, joint_snapshot
 from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others, pods_fingerprint
 from gpuplan_operator.follow import backoff
 from gpuplan_operator.gang import GangCode, is_gated
@@ -364,8 +366,11 @@ class Cycle:
 
     def _readiness(self, plans: Mapping[str, PlanBody], planned: set[str], report: Report) -> int:
         """Re-check ``Ready`` of applied plans whose pods changed, or that were not Ready (a plan
-        applied in this cycle had its readiness checked by the apply)."""
-        checked = 0
+        applied in this cycle had its readiness checked by the apply). The plans' checks go side
+        by side: each may write its status, which for a plan of thousands of pods takes the API
+        server most of a second at 3,000 nodes, and a cordon arriving meanwhile waits for the
+        cycle to end (three plans one after another held one back for 1.9 s)."""
+        due: list[tuple[_Memory, PlanBody, frozenset[Any]]] = []
         for uid, plan in plans.items():
             memory = self.memory.get(uid)
             if plan.deleting or memory is None or memory.phase is not Phase.APPLIED:
@@ -375,10 +380,15 @@ class Cycle:
                 if not memory.ready:
                     report.soon(self.options.ready_poll)
                 continue
-            outcome = self.service.check_readiness(plan)
-            checked += 1
+            due.append((memory, plan, pods))
+        if not due:
+            return 0
+        check = in_context(self.service.check_readiness)
+        with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-ready") as pool:
+            outcomes = list(pool.map(check, [plan for _, plan, _ in due]))
+        for (memory, _, pods), outcome in zip(due, outcomes, strict=True):
             memory.ready = outcome.ready
             memory.pods = pods
             if not outcome.ready:
                 report.soon(self.options.ready_poll)
-        return checked
+        return len(due)
