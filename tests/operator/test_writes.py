@@ -157,6 +157,20 @@ def test_configmap_parts_a_plan_no_longer_needs_are_deleted() -> None:
     assert [(w.kind, w.name) for w in deletes] == [("ConfigMap", "p-flamewakers-2")]
 
 
+def comparisons_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The Deployments :func:`~gpuplan_operator.diff.covers` compares from now on, by name."""
+    compared: list[str] = []
+    real = diff.covers
+
+    def counting(actual: Any, desired: Any, key: str = "") -> bool:
+        if isinstance(desired, dict) and desired.get("kind") == "Deployment":
+            compared.append(desired["metadata"]["name"])
+        return real(actual, desired, key)
+
+    monkeypatch.setattr(writes_module, "covers", counting)
+    return compared
+
+
 def test_a_deployment_compared_before_in_the_same_version_is_not_compared_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -171,15 +185,7 @@ def test_a_deployment_compared_before_in_the_same_version_is_not_compared_again(
         )
         observed.deployments[name] = dict(dep, metadata=meta)  # type: ignore[index]
     assert apply_writes(body, desired, observed, ()) == []
-    compared: list[str] = []
-    real = diff.covers
-
-    def counting(actual: Any, desired: Any, key: str = "") -> bool:
-        if isinstance(desired, dict) and desired.get("kind") == "Deployment":
-            compared.append(desired["metadata"]["name"])
-        return real(actual, desired, key)
-
-    monkeypatch.setattr(writes_module, "covers", counting)
+    compared = comparisons_counted(monkeypatch)
     assert apply_writes(body, desired, observed, ()) == []
     assert compared == []  # every Deployment: the same version, the same manifest as last time
     for name, dep in observed.deployments.items():  # the Deployment controller wrote every status
@@ -215,15 +221,7 @@ def test_a_deployment_applied_is_not_compared_again_after_its_controller_annotat
     body = PlanBody.from_object(plan(requests={"face_feature_extract": {"P4": 4}}, deploy=True))
     desired = desired_for({"face_feature_extract": {"P4": 4}}, nodes)
     perform(kube, apply_writes(body, desired, read_for_apply(kube, body, desired, nodes), ()), Metrics())
-    compared: list[str] = []
-    real = diff.covers
-
-    def counting(actual: Any, desired: Any, key: str = "") -> bool:
-        if isinstance(desired, dict) and desired.get("kind") == "Deployment":
-            compared.append(desired["metadata"]["name"])
-        return real(actual, desired, key)
-
-    monkeypatch.setattr(writes_module, "covers", counting)
+    compared = comparisons_counted(monkeypatch)
     observed = read_for_apply(kube, body, desired, kube.items("api/v1/nodes"))
     assert len(observed.deployments) == len(desired.deployments) > 0
     for name, dep in observed.deployments.items():  # what the Deployment controller does next
