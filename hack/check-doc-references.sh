@@ -7,8 +7,10 @@
 # users and are not checked.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-pattern='\.\./shared|contract section|contract\.md|contract §|seed 00[0-3]|the seeds?\b|seeds'"'"'|[Ss]eed'"'"'s\b'
-if hits="$(git grep -nI -E "${pattern}" -- ':!tests' ':!e2e' ':!bench' ':!.ci' ':!hack/check-doc-references.sh')"; then
+# Each word is spelled with one letter in brackets, which the regular expression reads as that
+# letter: this file then holds none of the phrases it looks for and is checked like the rest.
+pattern='\.\./shar[e]d|contrac[t] section|contrac[t]\.md|contrac[t] §|see[d] 00[0-3]|the see[d]s?\b|see[d]s'"'"'|[Ss]ee[d]'"'"'s\b'
+if hits="$(git grep -nI -E "${pattern}" -- ':!tests' ':!e2e' ':!bench' ':!.ci')"; then
   echo "check-doc-references: these lines point users at documents they do not have:" >&2
   echo "${hits}" >&2
   exit 1
