@@ -78,7 +78,15 @@ def gates_waiting(pods: Sequence[Mapping[str, Any]], waiting: str | None = None)
     """Not Ready because some of the plan's pods still wait for their gang gate (what
     :func:`readiness` says first), else None. Read from the pods alone: while a deploy's gates
     are being lifted a caller need not gather the plan's Deployments at all."""
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    return _gates_waiting(_live(pods), waiting)
+
+
+def _live(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The pods not being deleted."""
+    return [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+
+
+def _gates_waiting(live: Sequence[Mapping[str, Any]], waiting: str | None) -> Readiness | None:
     if gated := sum(1 for p in live if _gated(p)):
         why = waiting or f"{gated} pod(s) gated until every planned node has the cards for them"
         return Readiness(False, Reason.WAITING, why)
@@ -95,9 +103,10 @@ def readiness(
     """``waiting``: why the plan's gated pods wait (the last release decision), if known."""
     if not deploy:
         return Readiness(True, Reason.NO_PODS, "deploy is false: the flamewakers ConfigMap is the output")
-    if (gates := gates_waiting(pods, waiting)) is not None:
+    current = _live(pods)
+    if (gates := _gates_waiting(current, waiting)) is not None:
         return gates
-    live = _PodIndex([p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")])
+    live = _PodIndex(current)
     want = scheduled = 0
     pending: list[str] = []
     misplaced: list[str] = []
