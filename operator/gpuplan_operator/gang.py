@@ -131,7 +131,7 @@ class NodeIndex:
             for kv in labels.items():
                 self._by_label.setdefault(kv, []).append(name)
             alloc = (node.get("status") or {}).get("allocatable") or {}
-            self.allocatable[name] = _units(alloc.items(), f"node {name}")
+            self.allocatable[name] = _allocatable(alloc)
 
     def pinned(self, selector: Mapping[str, str]) -> str | None:
         if not selector:
@@ -141,14 +141,34 @@ class NodeIndex:
         return found[0] if len(found) == 1 else None
 
 
-def _units(pairs: Iterable[tuple[str, Any]], where: str) -> Units:
+def _units(pairs: Iterable[tuple[str, Any]]) -> Units:
     out: Units = {}
     for k, v in pairs:
         try:
-            out[k] = parse_quantity(v, k, f"{where}: {k}")
+            out[k] = parse_quantity(v, k, k)
         except InvalidInput:
             continue  # the API server validates quantities; an odd one counts as nothing
     return out
+
+
+_ALLOCATABLE: dict[tuple[tuple[str, Any], ...], Units] = {}  # a node's allocatable -> its units
+_ALLOCATABLE_KEPT = 10_000  # distinct allocatables remembered; cleared whole when full
+
+
+def _allocatable(alloc: Mapping[str, Any]) -> Units:
+    """A node's allocatable as units, remembered by its text: every round indexes every node,
+    and a cluster's nodes share a handful of shapes (parsing each node's quantities each round
+    was a tenth of the operator's CPU through a thousand-node deploy). Read only: callers copy."""
+    key = tuple(alloc.items())
+    try:
+        known = _ALLOCATABLE.get(key)
+    except TypeError:  # a value that is not text (the API server would not store it): no memo
+        return _units(key)
+    if known is None:
+        if len(_ALLOCATABLE) >= _ALLOCATABLE_KEPT:
+            _ALLOCATABLE.clear()
+        known = _ALLOCATABLE[key] = _units(key)
+    return known
 
 
 def is_gated(pod: Mapping[str, Any]) -> bool:
@@ -162,16 +182,24 @@ def unit_of(pod: Mapping[str, Any]) -> str:
     return f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else f"Pod/{meta.get('name')}"
 
 
-_READ: dict[tuple[str, str], tuple[GangPod, tuple[tuple[str, str], ...]]] = {}  # (uid, version) ->
+Selector = tuple[tuple[str, str], ...]  # a pod's nodeSelector, sorted
+
+
+_READ: dict[tuple[str, str], tuple[GangPod, Selector]] = {}  # (uid, version) ->
 _READ_KEPT = 50_000  # pods remembered (each a few hundred bytes); cleared whole when full
 
 
 def read_pod(pod: Mapping[str, Any], nodes: NodeIndex) -> GangPod:
-    """The pod as the decision sees it. What comes from the pod alone is remembered for its uid
-    and resourceVersion: a round reads every gated, released and bound pod again, and during a
-    thousand-pod deploy the rounds come every second or two with few pods changed in between
-    (reading them, their requests' quantities above all, was a fifth of the operator's CPU). The
-    node its selector pins it to is looked up each time: node labels change apart from pods."""
+    """The pod as the decision sees it: :func:`read_own`, then :func:`placed` on ``nodes``."""
+    return placed(*read_own(pod), nodes)
+
+
+def read_own(pod: Mapping[str, Any]) -> tuple[GangPod, Selector]:
+    """What the decision reads from the pod alone (``planned`` left None), and its nodeSelector.
+    Remembered for its uid and resourceVersion: a round reads every gated, released and bound
+    pod again, and during a thousand-pod deploy the rounds come every second or two with few pods
+    changed in between (reading them, their requests' quantities above all, was a fifth of the
+    operator's CPU)."""
     meta = pod.get("metadata") or {}
     key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
     known = _READ.get(key) if all(key) else None
@@ -181,14 +209,19 @@ def read_pod(pod: Mapping[str, Any], nodes: NodeIndex) -> GangPod:
             if len(_READ) >= _READ_KEPT:
                 _READ.clear()
             _READ[key] = known
-    read, selector = known
+    return known
+
+
+def placed(read: GangPod, selector: Selector, nodes: NodeIndex) -> GangPod:
+    """``read`` with the node its selector pins it to, looked up each round (node labels change
+    apart from pods); a bound pod's node is its own."""
     if read.bound or not selector:
         return read
     return dataclasses.replace(read, planned=nodes.pinned(dict(selector)))
 
 
-def _read_pod(pod: Mapping[str, Any]) -> tuple[GangPod, tuple[tuple[str, str], ...]]:
-    """The pod's own part of :func:`read_pod` (``planned`` left None), and its nodeSelector."""
+def _read_pod(pod: Mapping[str, Any]) -> tuple[GangPod, Selector]:
+    """:func:`read_own`, not remembered."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     try:

@@ -12,7 +12,7 @@ re-plans the plans whose release timed out; the last decision per plan is kept h
 
 Pods are found cluster-wide, not through the plans' labels: pods Ragnaros creates from a plan's
 ``values.yaml`` carry the gate and select the plan's node label key, but no label of the plan
-(:func:`~.gang.read_pod` groups them by that key, named back to the plan from the cached plans).
+(:func:`~.gang.read_own` groups them by that key, named back to the plan from the cached plans).
 
 Which instance sets (ReplicaSets) have started is remembered from round to round, for an hour
 after their last pod was seen: a pod recreated after all of its siblings went (two single-replica
@@ -46,15 +46,15 @@ from gpuplan_operator.gang import (
     GangPod,
     Ledger,
     NodeIndex,
+    Selector,
     decide_all,
-    is_gated,
-    read_pod,
-    unit_of,
+    placed,
+    read_own,
 )
 from gpuplan_operator.gang_devices import DeviceIndex, DeviceShortfall
 from gpuplan_operator.kube import KubeApi
 from gpuplan_operator.metrics import Metrics
-from planner import POD, RELEASED_ANNOTATION, is_plan_label_key
+from planner import POD, is_plan_label_key
 
 log = logging.getLogger("gpuplan_operator")
 
@@ -63,28 +63,13 @@ RETRY = 0.5  # seconds until a gate whose pod changed under the patch is decided
 STARTED_KEPT = 3600.0  # seconds an instance set with no pod seen is still remembered as started
 
 
-def _in_flight(pod: Mapping[str, Any]) -> bool:
+def _in_flight(pod: GangPod) -> bool:
     """Released by the operator, not bound yet, not going."""
-    meta = pod.get("metadata") or {}
-    return (
-        not (pod.get("spec") or {}).get("nodeName")
-        and not meta.get("deletionTimestamp")
-        and RELEASED_ANNOTATION in (meta.get("annotations") or {})
-    )
+    return not pod.bound and not pod.terminating and pod.released is not None
 
 
 def _iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _key(pod: Mapping[str, Any]) -> str:
-    return f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
-
-
-def _unit(pod: Mapping[str, Any]) -> str:
-    """``namespace/unit`` of a pod's instance set, as :func:`~.gang.read_pod` names it (pods of
-    no plan count too: cheaper than telling them apart, and never asked about)."""
-    return f"{(pod.get('metadata') or {}).get('namespace')}/{unit_of(pod)}"
 
 
 def _devices(
@@ -175,14 +160,15 @@ class GateKeeper:
         """
         self.due_in = None
         now = self.clock()
-        self._remember_started(pods, now)
-        if not any(is_gated(p) or _in_flight(p) for p in pods):
+        own = [read_own(p) for p in pods]
+        self._remember_started(own, now)
+        if not any(r.gated or _in_flight(r) for r, _ in own):
             self.decisions = {}
             self.metrics.gang_round(0)
             return []
         index = NodeIndex(nodes)
-        raw = {_key(p): p for p in pods}
-        seen = [read_pod(p, index) for p in raw.values()]
+        raw = {r.key: (r, selector, p) for (r, selector), p in zip(own, pods, strict=True)}
+        seen = [placed(r, selector, index) for r, selector, _ in raw.values()]
         ledger = Ledger(index, seen)
         decisions = [
             self._named(d, plans)
@@ -206,7 +192,7 @@ class GateKeeper:
             with ThreadPoolExecutor(max_workers=PARALLEL_WRITES, thread_name_prefix="gpuplan-gate") as pool:
                 lifted = list(
                     pool.map(
-                        in_context(lambda dr: cluster.release_gate(self.kube, raw[dr[1].pod.key], at)),
+                        in_context(lambda dr: cluster.release_gate(self.kube, raw[dr[1].pod.key][2], at)),
                         releases,
                     )
                 )
@@ -227,11 +213,13 @@ class GateKeeper:
         self.metrics.gang_round(still_gated)
         return decisions
 
-    def _remember_started(self, pods: Sequence[Mapping[str, Any]], now: float) -> None:
-        """Note the instance sets with a pod not gated (started), forget those unseen for long."""
-        for pod in pods:
-            if not is_gated(pod):
-                self._started[_unit(pod)] = now
+    def _remember_started(self, pods: Sequence[tuple[GangPod, Selector]], now: float) -> None:
+        """Note the instance sets with a pod not gated (started), forget those unseen for long
+        (``namespace/unit``, as :func:`~.gang.decide_all` asks; pods of no plan count too: cheaper
+        than telling them apart, and never asked about)."""
+        for pod, _ in pods:
+            if not pod.gated:
+                self._started[f"{pod.namespace}/{pod.unit}"] = now
         if now - self._pruned > STARTED_KEPT:
             self._started = {u: t for u, t in self._started.items() if now - t <= STARTED_KEPT}
             self._pruned = now
