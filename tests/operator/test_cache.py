@@ -16,8 +16,8 @@ from gpuplan_operator.cache.store import Store
 from gpuplan_operator.gang import NodeIndex, read_pod
 from gpuplan_operator.kube import JSON, WatchSilent
 
-from planner import snapshot
-from tests.operator.builders import node, pod
+from planner import MANAGED_BY, PLAN_LABEL, plan_labels, snapshot
+from tests.operator.builders import cluster, node, pod
 
 
 def bulky_node(name: str) -> dict[str, Any]:
@@ -110,6 +110,48 @@ def test_a_store_reports_only_changes_that_matter_and_ignores_older_versions() -
     assert not store.apply("DELETED", cordoned)
 
 
+def _plan_pod(name: str, ns: str, plan: str | None, rv: str = "1") -> dict[str, Any]:
+    p = pod(name, "n0", 1, labels={PLAN_LABEL: plan, **MANAGED_BY} if plan else {})
+    p["metadata"] |= {"namespace": ns, "resourceVersion": rv}
+    return p
+
+
+def test_the_pods_index_follows_labels_deletions_and_re_lists() -> None:
+    cache = ClusterCache(cluster(), lambda kind, matters: None)
+    labels = plan_labels("p")
+    cache.pods.replace([_plan_pod("a", "ns1", "p"), _plan_pod("b", "ns1", "q"), _plan_pod("c", "ns1", None)])
+    assert [x["metadata"]["name"] for x in cache.plan_pods("ns1", labels)] == ["a"]
+    cache.pods.apply("MODIFIED", _plan_pod("b", "ns1", "p", rv="2"))  # relabelled into the plan
+    cache.pods.apply("MODIFIED", _plan_pod("a", "ns1", "q", rv="2"))  # and out of it
+    assert [x["metadata"]["name"] for x in cache.plan_pods("ns1", labels)] == ["b"]
+    cache.pods.apply("DELETED", _plan_pod("b", "ns1", "p", rv="3"))
+    assert cache.plan_pods("ns1", labels) == []
+    cache.pods.replace([_plan_pod("d", "ns1", "p"), _plan_pod("e", "ns1", "p")])  # a re-list
+    assert sorted(x["metadata"]["name"] for x in cache.plan_pods("ns1", labels)) == ["d", "e"]
+    assert cache.pods.indexed(("ns1", "q")) == []  # empty buckets go
+
+
+def test_a_plans_pods_are_its_namespaces_only() -> None:
+    """Two plans of one name in two namespaces: each one's readiness counts its own pods."""
+    cache = ClusterCache(cluster(), lambda kind, matters: None)
+    cache.pods.replace([_plan_pod("a", "ns1", "p"), _plan_pod("b", "ns2", "p"), _plan_pod("c", "ns2", "p")])
+    assert [x["metadata"]["name"] for x in cache.plan_pods("ns1", plan_labels("p"))] == ["a"]
+    assert len(cache.plan_pods("ns2", plan_labels("p"))) == 2
+
+
+def test_node_allocatables_are_parsed_once_per_shape_and_a_new_shape_is_read() -> None:
+    nodes = [node(f"n{i}") for i in range(3)] + [node("big", cards=16)]
+    index = NodeIndex(nodes)
+    assert index.allocatable["n0"] == {"nvidia.com/gpu": 8, "cpu": 32000}
+    assert index.allocatable["n0"] is index.allocatable["n2"]  # one parse for one shape
+    assert index.allocatable["big"]["nvidia.com/gpu"] == 16
+    grown = node("n0", cards=12)
+    assert NodeIndex([grown]).allocatable["n0"]["nvidia.com/gpu"] == 12
+    odd = node("n9")
+    odd["status"]["allocatable"]["weird"] = {"not": "text"}  # no memo for an unhashable value
+    assert NodeIndex([odd]).allocatable["n9"]["nvidia.com/gpu"] == 8
+
+
 def test_a_re_list_reports_what_the_missed_events_would_have() -> None:
     store = Store("nodes", trim.node, _node_fp)
     store.replace([node("a"), node("b")])
@@ -185,8 +227,6 @@ def test_an_informer_resumes_from_the_last_version_re_lists_on_410_and_re_opens_
 
 
 def test_a_kind_the_cluster_does_not_serve_is_marked_so() -> None:
-    from tests.operator.builders import cluster
-
     kube = cluster(node("a"))
     cache = ClusterCache(kube, lambda kind, matters: None)
     for informer in cache.informers:
@@ -199,8 +239,6 @@ def test_a_kind_the_cluster_does_not_serve_is_marked_so() -> None:
 
 @pytest.mark.parametrize("silent", [0.0, 100.0])
 def test_health_names_a_watch_quiet_too_long(silent: float) -> None:
-    from tests.operator.builders import cluster
-
     cache = ClusterCache(cluster(), lambda kind, matters: None)
     for informer in cache.informers:
         informer.last_heard -= silent

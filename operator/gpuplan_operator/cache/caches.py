@@ -32,7 +32,7 @@ from gpuplan_operator.cluster import DRA_API, NRT_API, PLAN_API, ClusterRead
 from gpuplan_operator.kube import path_for
 from gpuplan_operator.watch import node_fingerprint, slice_fingerprint, topology_fingerprint
 from gpuplan_operator.writes import Verb, Write
-from planner import DEPLOYMENT, MANAGED_BY, PLURAL
+from planner import DEPLOYMENT, MANAGED_BY, PLAN_LABEL, PLURAL
 
 NODES, PODS, SLICES, CLAIMS, TOPOLOGIES, PLANS, DEPLOYMENTS = (
     "nodes",
@@ -57,6 +57,13 @@ def _pod_fingerprint(pod: Mapping[str, Any]) -> Any:
     status = pod.get("status") or {}
     gated = bool(spec.get("schedulingGates"))
     return (spec.get("nodeName"), status.get("phase"), bool(meta.get("deletionTimestamp")), gated)
+
+
+def _pod_plan(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The pods' index: namespace and plan label, for the pods a plan deployed (None: others)."""
+    meta = pod.get("metadata") or {}
+    plan = (meta.get("labels") or {}).get(PLAN_LABEL)
+    return (str(meta.get("namespace")), str(plan)) if plan is not None else None
 
 
 def _plan_fingerprint(plan: Mapping[str, Any]) -> Any:
@@ -95,7 +102,7 @@ class ClusterCache:
         watched there only, with the rights it has there (a glob's namespaces are not known in
         advance: their Deployments are listed when needed)."""
         self.nodes = Store(NODES, trim.node, _node_fp)
-        self.pods = Store(PODS, trim.pod, _pod_fingerprint, keep=trim.pod_kept)
+        self.pods = Store(PODS, trim.pod, _pod_fingerprint, keep=trim.pod_kept, index=_pod_plan)
         self.slices = Store(SLICES, trim.whole, slice_fingerprint)
         self.claims = Store(CLAIMS, trim.whole)
         self.topologies = Store(TOPOLOGIES, trim.whole, topology_fingerprint)
@@ -220,10 +227,11 @@ class ClusterCache:
         until they are gone) and those not bound yet (gated, or released and on their way)."""
         return self.pods.items()
 
-    def plan_pods(self, labels: Mapping[str, str]) -> list[dict[str, Any]]:
-        """The pods carrying every one of ``labels`` (a plan's, for readiness)."""
+    def plan_pods(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The pods in ``namespace`` carrying every one of ``labels`` (a plan's, for readiness),
+        found by the pods' index of namespace and plan label."""
         out = []
-        for pod in self.pods.items():
+        for pod in self.pods.indexed((namespace, labels.get(PLAN_LABEL))):
             have = (pod.get("metadata") or {}).get("labels") or {}
             if all(have.get(k) == v for k, v in labels.items()):
                 out.append(pod)

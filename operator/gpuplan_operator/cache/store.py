@@ -8,6 +8,9 @@ Objects are never changed in place: a new version replaces the old one, so a cyc
 :meth:`Store.items` keeps a consistent picture while the watch goes on (it holds the same dicts,
 not copies: taking the picture is one list of references, cheap at 20,000 pods).
 
+``index`` (optional) files each object under one value (pods under their namespace and plan),
+so :meth:`Store.indexed` finds a few among many without going through them all.
+
 ``fingerprint`` reduces an object to what planning reads of it (:mod:`..watch`); an event that
 leaves it unchanged is not a change that matters, and :attr:`Store.changes` does not move.
 :attr:`Store.version` moves on every event that changed the store at all (readiness wants pods
@@ -20,7 +23,7 @@ it found different, as if the missed events had arrived.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 JSON = dict[str, Any]
@@ -49,13 +52,16 @@ class Store:
         trim: Callable[[Mapping[str, Any]], JSON],
         fingerprint: Callable[[Mapping[str, Any]], Fingerprint] | None = None,
         keep: Callable[[Mapping[str, Any]], bool] | None = None,
+        index: Callable[[Mapping[str, Any]], Hashable | None] | None = None,
     ) -> None:
         self.kind = kind
         self._trim = trim
         self._fingerprint = fingerprint
         self._keep = keep
+        self._index = index
         self._objects: dict[str, JSON] = {}
         self._fingerprints: dict[str, Fingerprint] = {}
+        self._indexed: dict[Hashable, dict[str, JSON]] = {}  # index value -> key -> object
         self._lock = threading.Lock()
         self.version = 0  # every change
         self.changes = 0  # changes that matter to planning
@@ -80,9 +86,29 @@ class Store:
     def get(self, key: str) -> JSON | None:
         return self._objects.get(key)
 
+    def indexed(self, value: Hashable) -> list[JSON]:
+        """The objects whose ``index`` is ``value`` now (a list of references, as :meth:`items`)."""
+        with self._lock:
+            return list((self._indexed.get(value) or {}).values())
+
+    def _reindex(self, key: str, old: JSON | None, obj: JSON | None) -> None:
+        if self._index is None:
+            return
+        before = self._index(old) if old is not None else None
+        after = self._index(obj) if obj is not None else None
+        if before is not None and before != after:
+            bucket = self._indexed.get(before)
+            if bucket is not None:
+                bucket.pop(key, None)
+                if not bucket:
+                    del self._indexed[before]
+        if after is not None:
+            self._indexed.setdefault(after, {})[key] = obj  # type: ignore[assignment]
+
     def _put(self, key: str, obj: JSON | None) -> bool:
         """Store (or, with None, forget) one object; True when that changed what matters."""
         before = self._fingerprints.get(key) if key in self._objects else _ABSENT
+        self._reindex(key, self._objects.get(key), obj)
         if obj is None:
             self._objects.pop(key, None)
             self._fingerprints.pop(key, None)

@@ -115,7 +115,7 @@ class Cycle:
         self.options = service.options
         self.memory: dict[str, _Memory] = {}
         self.replan: set[str] = set()  # uids the gang release asked to re-plan (timed out)
-        service.pods_source = lambda plan: cache.plan_pods(plan.labels)
+        service.pods_source = lambda plan: cache.plan_pods(plan.namespace, plan.labels)
         service.deployments_source = cache.namespace_deployments
         service.on_status = cache.assume_plan
         service.on_written = cache.assume_written
@@ -311,7 +311,9 @@ class Cycle:
         return not self.namespaces or any(fnmatchcase(str(namespace), n) for n in self.namespaces)
 
     def _pods(self, plan: PlanBody) -> frozenset[Any]:
-        return pods_fingerprint(self.cache.plan_pods(plan.labels)) if plan.deploy else frozenset()
+        if not plan.deploy:
+            return frozenset()
+        return pods_fingerprint(self.cache.plan_pods(plan.namespace, plan.labels))
 
     def _release(self, read: ClusterRead, plans: list[PlanBody], report: Report) -> None:
         """The gang gates' release: every plan's gated pods, from the caches the cycle read (the
