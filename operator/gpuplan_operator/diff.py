@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 EXACT_MAPS = frozenset({"nodeSelector", "data", "limits", "matchLabels"})
-OURS_WHEN_ABSENT = frozenset({"tolerations", "priorityClassName", "affinity"})
+OURS_WHEN_ABSENT = frozenset({"tolerations", "priorityClassName", "affinity", "schedulingGates"})
 MERGE_LISTS = {"ownerReferences": "uid"}  # lists the server merges by key: ours must be present
 
 

@@ -57,6 +57,14 @@ def test_a_field_we_stopped_setting_must_be_gone() -> None:
     assert covers({k: v for k, v in SERVER_POD.items() if k != "priorityClassName"}, desired)
 
 
+def test_a_gang_gate_we_stopped_setting_must_be_gone() -> None:
+    """``gang: none`` after ``plan``: the Deployment's template still gated is a change."""
+    gated = changed(schedulingGates=[{"name": "gpuplan.ragnaros.io/gang"}])
+    assert covers(gated, DESIRED_POD | {"schedulingGates": [{"name": "gpuplan.ragnaros.io/gang"}]})
+    assert not covers(gated, DESIRED_POD)
+    assert covers(SERVER_POD, DESIRED_POD)
+
+
 def owner_reference(obj: dict[str, Any]) -> dict[str, Any]:
     return PlanBody.from_object(obj).owner_reference()
 
