@@ -118,6 +118,39 @@ def test_gang_plan_gates_its_pods_and_gang_none_does_not(
     assert RELEASED not in (free["metadata"].get("annotations") or {}) and free["spec"].get("nodeName")
 
 
+def owners(deployment: dict[str, Any]) -> set[tuple[str, str]]:
+    """Who owns the Deployment's fields, and how (its status subresource left out)."""
+    entries = deployment["metadata"].get("managedFields") or []
+    return {(m["manager"], m["operation"]) for m in entries if not m.get("subresource")}
+
+
+def test_a_created_deployment_loses_what_its_plan_stops_setting(
+    api: Api, kubectl: Kubectl, ns: str, make_nodes: Callable[..., list[str]]
+) -> None:
+    """A new Deployment is created whole, and owned by that create; the first change moves the
+    ownership to the operator's apply, so a field the plan no longer sets (the gang gate, once
+    ``gang: none``) leaves it, rather than staying owned by the create."""
+    (node,) = make_nodes("ungate", 1)
+    gpu_type = node.rsplit("-", 1)[0]
+    kubectl.apply(plan_manifest(ns, "toggle", gang_spec(gpu_type, 8)))
+    wait_for("the gated plan Ready", settled(api, ns, "toggle"), timeout=90)
+    (created,) = api.deployments(ns)
+    assert created["spec"]["template"]["spec"].get("schedulingGates") == [{"name": GATE}]
+    assert ("gpuplan-operator", "Update") in owners(created)
+
+    kubectl.apply(plan_manifest(ns, "toggle", gang_spec(gpu_type, 8, gang="none")))
+
+    def ungated() -> dict[str, Any] | None:
+        (d,) = api.deployments(ns)
+        return d if "schedulingGates" not in d["spec"]["template"]["spec"] else None
+
+    changed = wait_for("the gate gone from the Deployment", ungated, timeout=60)
+    assert changed["metadata"]["name"] == created["metadata"]["name"]  # the same one, changed
+    assert ("gpuplan-operator", "Apply") in owners(changed)
+    assert ("gpuplan-operator", "Update") not in owners(changed)
+    wait_for("the plan Ready again", settled(api, ns, "toggle"), timeout=90)
+
+
 def test_a_foreign_pod_bound_after_planning_holds_back_every_pod_of_the_plan(
     api: Api, kubectl: Kubectl, ns: str, make_nodes: Callable[..., list[str]]
 ) -> None:

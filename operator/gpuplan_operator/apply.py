@@ -65,6 +65,10 @@ Landed = Callable[[Write, JSON | None], None]
 def _send(kube: KubeApi, write: Write) -> tuple[bool, JSON | None]:
     """One write and what the API server returned for an apply; False when a delete found the
     object already gone."""
+    if write.verb is Verb.CREATE:  # taken meanwhile (a write of an operator that died): apply
+        assert write.manifest is not None
+        created = cluster.create_object(kube, write.manifest)
+        return True, created if created is not None else cluster.apply_object(kube, write.manifest)
     if write.verb is Verb.APPLY:
         assert write.manifest is not None
         return True, cluster.apply_object(kube, write.manifest)

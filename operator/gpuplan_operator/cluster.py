@@ -328,11 +328,91 @@ def patch_node_labels(kube: KubeApi, node: str, labels: Mapping[str, str | None]
 
 
 def apply_object(kube: KubeApi, manifest: Mapping[str, Any]) -> JSON:
-    """Server-side apply a rendered manifest (namespaced or not) as ``gpuplan-operator``."""
+    """Server-side apply a rendered manifest (namespaced or not) as ``gpuplan-operator``.
+
+    An object the operator created (:func:`create_object`) is owned by the create, an update in
+    the API server's field ownership: an apply would leave the fields its manifest no longer
+    names, since the create still owns them. When the apply's answer shows such ownership, it is
+    made the apply's (:func:`as_applied`, what ``kubectl`` does when it moves an object from
+    client-side to server-side apply) and the manifest applied once more."""
     meta = manifest["metadata"]
     api_version, plural = _APIS[manifest["kind"]]
     path = path_for(api_version, plural, meta["name"], meta.get("namespace"))
+    out = kube.apply(path, manifest, FIELD_MANAGER)
+    owners = as_applied((out.get("metadata") or {}).get("managedFields") or [])
+    if owners is None:
+        return out
+    version = (out.get("metadata") or {}).get("resourceVersion")
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+        {"op": "replace", "path": "/metadata/managedFields", "value": owners},
+    ]
+    try:
+        kube.json_patch(path, ops, FIELD_MANAGER)
+    except ApiException as e:
+        if e.status not in (409, 422):  # changed meanwhile: applying again still lands the manifest
+            raise
     return kube.apply(path, manifest, FIELD_MANAGER)
+
+
+def as_applied(managed: Sequence[Mapping[str, Any]]) -> list[JSON] | None:
+    """``metadata.managedFields`` with the operator's update ownership (left by a create) made
+    its apply ownership, their fields together; None when there is none to move."""
+
+    def ours(entry: Mapping[str, Any], operation: str) -> bool:
+        return (
+            entry.get("manager") == FIELD_MANAGER
+            and entry.get("operation") == operation
+            and not entry.get("subresource")
+        )
+
+    updates = [e for e in managed if ours(e, "Update")]
+    if not updates:
+        return None
+    applied = next((dict(e) for e in managed if ours(e, "Apply")), None)
+    if applied is None:
+        applied = {k: v for k, v in updates[0].items() if k != "time"} | {"operation": "Apply"}
+    fields: JSON = {}
+    for entry in [applied, *updates]:
+        _union(fields, entry.get("fieldsV1") or {})
+    applied["fieldsV1"] = fields
+    out: list[JSON] = []
+    for entry in managed:
+        if ours(entry, "Apply") or ours(entry, "Update"):
+            if applied is not None:
+                out.append(applied)
+                applied = None
+            continue
+        out.append(dict(entry))
+    return out
+
+
+def _union(into: JSON, fields: Mapping[str, Any]) -> None:
+    """Field sets (``fieldsV1``) together: nested keys, one tree."""
+    for key, sub in fields.items():
+        if isinstance(sub, Mapping):
+            _union(into.setdefault(key, {}), sub)
+        else:
+            into.setdefault(key, sub)
+
+
+def create_object(kube: KubeApi, manifest: Mapping[str, Any]) -> JSON | None:
+    """Create a rendered object that does not exist yet; None when its name is taken after all.
+
+    A create costs the API server less than an apply that creates: 2.5-5.5 ms less CPU for a plan's
+    Deployment (three rounds of 500 each on one idle control plane), about 8 CPU seconds of a new
+    1,000-node plan's deploy. :func:`apply_object` makes its ownership an apply's at the first
+    change."""
+    meta = manifest["metadata"]
+    api_version, plural = _APIS[manifest["kind"]]
+    try:
+        return kube.create(
+            path_for(api_version, plural, namespace=meta.get("namespace")), manifest, FIELD_MANAGER
+        )
+    except ApiException as e:
+        if e.status == 409:
+            return None
+        raise
 
 
 def delete_object(kube: KubeApi, kind: str, name: str, namespace: str | None = None) -> bool:

@@ -107,6 +107,8 @@ class KubeApi(Protocol):
 
     def apply(self, path: str, manifest: Mapping[str, Any], field_manager: str) -> JSON: ...
 
+    def create(self, path: str, manifest: Mapping[str, Any], field_manager: str) -> JSON: ...
+
     def delete(self, path: str, propagation: str = "Background") -> bool: ...
 
 
@@ -163,6 +165,10 @@ class RestVerbs:
             content_type=APPLY_PATCH,
             query={"fieldManager": field_manager, "force": True},
         )
+
+    def create(self, path: str, manifest: Mapping[str, Any], field_manager: str) -> JSON:
+        """Create (POST to the collection ``path``); 409 when the name is taken."""
+        return self.request("POST", path, body=manifest, query={"fieldManager": field_manager})
 
     def delete(self, path: str, propagation: str = "Background") -> bool:
         """Delete; False when it was already gone."""

@@ -78,6 +78,7 @@ def gated_wave(step: Step) -> int:
 
 class Verb(StrEnum):
     APPLY = "apply"  # server-side apply of a whole manifest the operator owns
+    CREATE = "create"  # a new Deployment, created whole (cheaper than an apply; applied from then on)
     LABEL = "label"  # merge patch naming only the plan's own node label key (None removes it)
     DELETE = "delete"
 
@@ -229,7 +230,7 @@ def remember_applied(write: Write, obj: Mapping[str, Any] | None) -> None:
     nothing had been compared before, the apply having found them all missing."""
     if (
         obj is not None
-        and write.verb is Verb.APPLY
+        and write.verb in (Verb.APPLY, Verb.CREATE)
         and write.kind == DEPLOYMENT
         and write.manifest is not None
     ):
@@ -275,7 +276,9 @@ def apply_writes(
         other = foreign_owner(actual, plan.uid)
         if other:
             raise OwnershipConflict(DEPLOYMENT, f"Deployment {plan.namespace}/{name} belongs to {other}")
-        if actual is None or not _covered(actual, dep):
+        if actual is None:
+            writes.append(Write(Step.DEPLOYMENTS, Verb.CREATE, DEPLOYMENT, name, plan.namespace, dep))
+        elif not _covered(actual, dep):
             writes.append(Write(Step.DEPLOYMENTS, Verb.APPLY, DEPLOYMENT, name, plan.namespace, dep))
 
     writes += _unlabel(plan, labels.remove)

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from operator_bench import node_ttl  # noqa: E402
+from operator_bench import node_ttl
 
 
 @pytest.mark.parametrize(

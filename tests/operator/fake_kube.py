@@ -1,10 +1,11 @@
-"""An in-memory API server good enough for the operator's service: GET, list, merge patch, JSON patch
-(test, add, replace, remove), apply, delete.
+"""An in-memory API server good enough for the operator's service: GET, list, create, merge patch,
+JSON patch (test, add, replace, remove), apply, delete.
 
 It speaks the same paths as :class:`gpuplan_operator.kube.Kube` and records every write, so tests
 can assert "nothing was written" exactly. Only ``request`` is faked: the verbs on top of it (get,
 apply, delete, ...) are the operator's own :class:`~gpuplan_operator.kube.RestVerbs`. Server-side apply is modelled as "replace the object's
-fields with the manifest's" (one manager), which is what the operator relies on.
+fields with the manifest's" (one manager), which is what the operator relies on; ``managedFields`` tell only who
+created (an update) and who applied, not which fields each owns.
 """
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ def _json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> None:
             del at[last]
     target.clear()
     target.update(work)
+
+
+def _owner(query: Mapping[str, Any], operation: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``managedFields`` entry: who wrote the object, and how (the fields are not modelled)."""
+    return {
+        "manager": query.get("fieldManager"),
+        "operation": operation,
+        "apiVersion": body.get("apiVersion"),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {}},
+    }
 
 
 def _selected(obj: Mapping[str, Any], selector: str | None) -> bool:
@@ -151,10 +163,19 @@ class FakeKube(RestVerbs):
             if obj is None:
                 raise ApiException(status=404, reason="Not Found")
             return copy.deepcopy(obj)
+        if method == "POST":  # a create: recorded with the new object's path, to be told apart
+            name = str(body["metadata"]["name"])
+            path = f"{path}/{name}"
         assert name is not None
         if self.fail_on and self.fail_on in path:
             raise ApiException(status=500, reason="Injected")
         self.writes.append((method, path))
+        if method == "POST":
+            if (collection, name) in self.objects:
+                raise ApiException(status=409, reason="AlreadyExists")
+            created = self.put(collection, body)
+            created["metadata"]["managedFields"] = [_owner(query, "Update", body)]
+            return copy.deepcopy(created)
         if method == "DELETE":
             if self.objects.pop((collection, name), None) is None:
                 raise ApiException(status=404, reason="Not Found")
@@ -168,6 +189,11 @@ class FakeKube(RestVerbs):
             obj.update(copy.deepcopy({k: v for k, v in body.items() if k != "metadata"}))
             meta.update(copy.deepcopy(body["metadata"]))
             meta["resourceVersion"] = str(next(_rv))
+            owners = meta.setdefault("managedFields", [])
+            if not any(
+                o["manager"] == query.get("fieldManager") and o["operation"] == "Apply" for o in owners
+            ):
+                owners.append(_owner(query, "Apply", body))
             if current is not None and obj.get("spec") != spec:  # as the API server counts them
                 meta["generation"] = int(meta.get("generation") or 1) + 1
             if obj.get("globalDefault") is False:  # omitempty, as PriorityClasses read back

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuplan_operator.apply import perform
 from gpuplan_operator.body import PlanBody
-from gpuplan_operator.cluster import read_for_apply
+from gpuplan_operator.cluster import as_applied, read_for_apply
 from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.writes import Step, Verb, Write
 
@@ -97,3 +97,62 @@ def test_an_applys_reads_go_out_together() -> None:
     assert observed.deployments == {} and observed.configmaps == {}
     in_flight = max(sum(1 for a, b in gets if a <= t < b) for t, _ in gets)
     assert in_flight >= 4  # not one after the other
+
+
+DEPLOYMENTS = f"apis/apps/v1/namespaces/{NS}/deployments"
+
+
+def test_a_new_deployment_is_created_and_its_first_apply_takes_over_the_creates_fields() -> None:
+    """Created whole (a POST), owned by that create; the first apply moves the ownership to the
+    apply (a JSON patch of managedFields) and applies again, so fields it drops go; later applies
+    are one request."""
+    kube = FakeKube()
+    new = Write(Step.DEPLOYMENTS, Verb.CREATE, "Deployment", "d", NS, manifest("Deployment", "d"))
+    perform(kube, [new], Metrics())
+    assert kube.writes == [("POST", f"/{DEPLOYMENTS}/d")]
+    owners = kube.objects[(DEPLOYMENTS, "d")]["metadata"]["managedFields"]
+    assert [(o["manager"], o["operation"]) for o in owners] == [("gpuplan-operator", "Update")]
+
+    changed = Write(Step.DEPLOYMENTS, Verb.APPLY, "Deployment", "d", NS, manifest("Deployment", "d"))
+    kube.writes.clear()
+    perform(kube, [changed], Metrics())
+    assert [m for m, _ in kube.writes] == ["PATCH", "PATCH", "PATCH"]  # apply, ownership, apply
+    owners = kube.objects[(DEPLOYMENTS, "d")]["metadata"]["managedFields"]
+    assert [(o["manager"], o["operation"]) for o in owners] == [("gpuplan-operator", "Apply")]
+    kube.writes.clear()
+    perform(kube, [changed], Metrics())
+    assert len(kube.writes) == 1
+
+
+def test_a_create_that_finds_the_name_taken_applies() -> None:
+    """An operator that died after its create landed: the next one's create finds the object."""
+    kube = FakeKube()
+    kube.put(DEPLOYMENTS, dict(manifest("Deployment", "d")))
+    new = Write(Step.DEPLOYMENTS, Verb.CREATE, "Deployment", "d", NS, manifest("Deployment", "d"))
+    landed: list[Any] = []
+    perform(kube, [new], Metrics(), landed=lambda w, obj: landed.append(obj))
+    assert [m for m, _ in kube.writes] == ["POST", "PATCH"]
+    assert landed and landed[0]["metadata"]["name"] == "d"
+
+
+def test_the_creates_ownership_becomes_the_applys_with_both_field_sets() -> None:
+    def entry(manager: str, operation: str, fields: dict[str, Any], sub: str | None = None) -> dict[str, Any]:
+        out = {"manager": manager, "operation": operation, "apiVersion": "apps/v1", "fieldsType": "FieldsV1"}
+        return out | {"fieldsV1": fields, "time": "t"} | ({"subresource": sub} if sub else {})
+
+    status = entry("gpuplan-operator", "Update", {"f:status": {}}, sub="status")
+    kcm = entry("kube-controller-manager", "Update", {"f:metadata": {"f:annotations": {}}})
+    created = entry("gpuplan-operator", "Update", {"f:spec": {"f:replicas": {}, "f:strategy": {}}})
+    applied = entry("gpuplan-operator", "Apply", {"f:spec": {"f:replicas": {}, "f:template": {}}})
+    assert as_applied([kcm, applied, status]) is None  # nothing of a create's to move
+    out = as_applied([kcm, created, status])
+    assert out is not None
+    assert [(o["manager"], o["operation"]) for o in out] == [
+        ("kube-controller-manager", "Update"),
+        ("gpuplan-operator", "Apply"),
+        ("gpuplan-operator", "Update"),  # the status subresource's, not the object's
+    ]
+    assert out[1]["fieldsV1"] == created["fieldsV1"] and "time" not in out[1]
+    both = as_applied([applied, kcm, created])
+    assert both is not None and [o["operation"] for o in both] == ["Apply", "Update"]
+    assert both[0]["fieldsV1"] == {"f:spec": {"f:replicas": {}, "f:template": {}, "f:strategy": {}}}

@@ -38,7 +38,7 @@ class ReplicaSetKube(FakeKube):
         self._one_at_a_time = threading.Lock()
 
     def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        if not (method == "PATCH" and "/deployments/" in path):
+        if not (method in ("PATCH", "POST") and "/deployments" in path):  # an apply or a create
             out = super().request(method, path, **kw)
             if method == "PATCH" and self.cache is not None:
                 if "/nodes/" in path:

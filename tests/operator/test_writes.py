@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -72,7 +74,18 @@ def test_a_fresh_apply_writes_in_step_order_and_a_rerun_writes_nothing() -> None
     }
     changes = Changes.of(writes)
     assert changes.labelled == [f"p4-{i}" for i in range(4)] and changes.configmap
+    new = [w for w in writes if w.step is Step.DEPLOYMENTS]
+    assert new and all(w.verb is Verb.CREATE for w in new)  # a Deployment not there yet is created
+    assert changes.deployments == [w.name for w in new]
     assert apply_writes(body, desired, landed(body, desired, nodes), in_use_elsewhere=()) == []
+    changed = landed(body, desired, nodes)
+    name = new[0].name
+    edited = copy.deepcopy(changed.deployments[name])
+    changed = dataclasses.replace(changed, deployments={**changed.deployments, name: edited})
+    edited["spec"]["replicas"] = 7  # someone scaled it (a new generation)
+    edited["metadata"]["generation"] = int(edited["metadata"].get("generation") or 1) + 1
+    (again,) = apply_writes(body, desired, changed, in_use_elsewhere=())
+    assert (again.verb, again.name) == (Verb.APPLY, name)  # one that is there is applied
 
 
 def test_a_smaller_plan_drops_deployments_first_and_labels_last() -> None:
