@@ -65,10 +65,12 @@ Landed = Callable[[Write, JSON | None], None]
 def _send(kube: KubeApi, write: Write) -> tuple[bool, JSON | None]:
     """One write and what the API server returned for an apply; False when a delete found the
     object already gone."""
-    if write.verb is Verb.CREATE:  # taken meanwhile (a write of an operator that died): apply
+    if write.verb is Verb.CREATE:
         assert write.manifest is not None
         created = cluster.create_object(kube, write.manifest)
-        return True, created if created is not None else cluster.apply_object(kube, write.manifest)
+        if created is None:  # the name is taken (the create of an operator that died): apply
+            return True, cluster.apply_object(kube, write.manifest)
+        return True, created
     if write.verb is Verb.APPLY:
         assert write.manifest is not None
         return True, cluster.apply_object(kube, write.manifest)
