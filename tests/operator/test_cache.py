@@ -131,6 +131,27 @@ def test_the_pods_index_follows_labels_deletions_and_re_lists() -> None:
     assert cache.pods.indexed(("ns1", "q")) == []  # empty buckets go
 
 
+def test_a_plans_pods_stamp_moves_with_its_pods_only_and_never_comes_back() -> None:
+    cache = ClusterCache(cluster(), lambda kind, matters: None)
+    labels = plan_labels("p")
+    assert cache.plan_pods_stamp("ns1", labels) == 0  # nothing filed yet
+    cache.pods.replace([_plan_pod("a", "ns1", "p"), _plan_pod("b", "ns1", "q")])
+    first = cache.plan_pods_stamp("ns1", labels)
+    assert first != 0
+    cache.pods.apply("MODIFIED", _plan_pod("b", "ns1", "q", rv="2"))  # another plan's pod
+    cache.pods.apply("ADDED", _plan_pod("c", "ns2", "p", rv="3"))  # the same name elsewhere
+    assert cache.plan_pods_stamp("ns1", labels) == first
+    cache.pods.apply("MODIFIED", _plan_pod("a", "ns1", "p", rv="4"))
+    second = cache.plan_pods_stamp("ns1", labels)
+    assert second != first
+    cache.pods.apply("DELETED", _plan_pod("a", "ns1", "p", rv="5"))  # the plan has no pod left
+    gone = cache.plan_pods_stamp("ns1", labels)
+    cache.pods.apply("ADDED", _plan_pod("d", "ns1", "p", rv="6"))
+    assert len({first, second, gone, cache.plan_pods_stamp("ns1", labels)}) == 4
+    cache.pods.apply("MODIFIED", _plan_pod("b", "ns1", "p", rv="7"))  # relabelled into the plan
+    assert cache.plan_pods_stamp("ns1", labels) != gone
+
+
 def test_a_plans_pods_are_its_namespaces_only() -> None:
     """Two plans of one name in two namespaces: each one's readiness counts its own pods."""
     cache = ClusterCache(cluster(), lambda kind, matters: None)

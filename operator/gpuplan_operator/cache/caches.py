@@ -237,6 +237,10 @@ class ClusterCache:
                 out.append(pod)
         return out
 
+    def plan_pods_stamp(self, namespace: str, labels: Mapping[str, str]) -> int:
+        """Moves whenever a pod :meth:`plan_pods` may return changes (:meth:`Store.stamp`)."""
+        return self.pods.stamp((namespace, labels.get(PLAN_LABEL)))
+
     def sizes(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for store in self.stores:  # the Deployments may be one store per namespace

@@ -9,7 +9,8 @@ Objects are never changed in place: a new version replaces the old one, so a cyc
 not copies: taking the picture is one list of references, cheap at 20,000 pods).
 
 ``index`` (optional) files each object under one value (pods under their namespace and plan),
-so :meth:`Store.indexed` finds a few among many without going through them all.
+so :meth:`Store.indexed` finds a few among many without going through them all, and
+:meth:`Store.stamp` says whether any of them changed since an earlier look.
 
 ``fingerprint`` reduces an object to what planning reads of it (:mod:`..watch`); an event that
 leaves it unchanged is not a change that matters, and :attr:`Store.changes` does not move.
@@ -62,6 +63,8 @@ class Store:
         self._objects: dict[str, JSON] = {}
         self._fingerprints: dict[str, Fingerprint] = {}
         self._indexed: dict[Hashable, dict[str, JSON]] = {}  # index value -> key -> object
+        self._stamps: dict[Hashable, int] = {}  # index value -> the store's count at its last change
+        self._count = 0  # changes of indexed objects, ever
         self._lock = threading.Lock()
         self.version = 0  # every change
         self.changes = 0  # changes that matter to planning
@@ -91,11 +94,22 @@ class Store:
         with self._lock:
             return list((self._indexed.get(value) or {}).values())
 
+    def stamp(self, value: Hashable) -> int:
+        """A number that moves whenever an object filed under ``value`` is added, replaced or
+        removed (and never comes back to an earlier value): the same stamp, the same objects.
+        0 for a value nothing was ever filed under."""
+        with self._lock:
+            return self._stamps.get(value, 0)
+
     def _reindex(self, key: str, old: JSON | None, obj: JSON | None) -> None:
         if self._index is None:
             return
         before = self._index(old) if old is not None else None
         after = self._index(obj) if obj is not None else None
+        self._count += 1
+        for value in (before, after):
+            if value is not None:
+                self._stamps[value] = self._count
         if before is not None and before != after:
             bucket = self._indexed.get(before)
             if bucket is not None:

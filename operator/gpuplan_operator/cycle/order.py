@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,16 +76,3 @@ class Inputs:
         if self.others != before.others:
             return "plans"
         return None
-
-
-def pods_fingerprint(pods: Iterable[Mapping[str, Any]]) -> frozenset[tuple[str, str, str, bool]]:
-    """A plan's pods as readiness sees them: name, node, phase, being deleted."""
-    return frozenset(
-        (
-            str((p.get("metadata") or {}).get("name")),
-            str((p.get("spec") or {}).get("nodeName") or ""),
-            str((p.get("status") or {}).get("phase") or ""),
-            bool((p.get("metadata") or {}).get("deletionTimestamp")),
-        )
-        for p in pods
-    )

@@ -46,7 +46,7 @@ from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cache.caches import ClusterCache
 from gpuplan_operator.cluster import ClusterRead
 from gpuplan_operator.cycle.actions import PARALLEL_PLANS, Taking, allocate, hand_over, joint_snapshot
-from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others, pods_fingerprint
+from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others
 from gpuplan_operator.follow import backoff
 from gpuplan_operator.gang import GangCode, is_gated
 from gpuplan_operator.kube import api_error_message
@@ -100,7 +100,7 @@ class _Memory:
     ready: bool = False
     failures: int = 0
     retry_at: float = 0.0
-    pods: frozenset[Any] = frozenset()
+    pods: int = 0  # the stamp of its pods when readiness last looked (:meth:`Cycle._pods`)
 
 
 class Cycle:
@@ -153,7 +153,6 @@ class Cycle:
             locked = time.perf_counter()
             read = self.cache.read()
             at = utcnow()
-            nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
             snapped = time.perf_counter()
             cluster = self._cluster_inputs(read, report)
             for uid in set(self.memory) - {p.uid for p in read.plans}:
@@ -162,7 +161,11 @@ class Cycle:
             due = self._due(order, cluster, read, report)
             taking, alone = self._parse([p for p in order if p.uid in due], report)
             report.took["inputs"] = time.perf_counter() - snapped
-            if taking:
+            if taking:  # the nodes as planning sees them (health within the grace) only then:
+                # a cycle run for pods alone (thousands during a deploy) plans nothing
+                viewing = time.perf_counter()
+                nodes = [planning_view(n, at, self.options.node_grace) for n in read.nodes["items"]]
+                report.took["nodes"] = time.perf_counter() - viewing
                 self._allocate(taking, due, read, nodes, report)
             for plan in alone:  # dry runs: planned around everything the others hold, as before
                 outcome = self.service.reconcile_with(plan, read, _TRIGGERS[due[plan.uid]])
@@ -310,10 +313,12 @@ class Cycle:
         """``--namespace`` takes names and globs (``team-*``), as kopf's own watches do."""
         return not self.namespaces or any(fnmatchcase(str(namespace), n) for n in self.namespaces)
 
-    def _pods(self, plan: PlanBody) -> frozenset[Any]:
-        if not plan.deploy:
-            return frozenset()
-        return pods_fingerprint(self.cache.plan_pods(plan.namespace, plan.labels))
+    def _pods(self, plan: PlanBody) -> int:
+        """Where the plan's pods stand in the pods cache (:meth:`ClusterCache.plan_pods_stamp`): the
+        same number, none of them changed. A stamp, not a fingerprint of the pods: during a
+        deploy every cycle re-checks the plan (it is not Ready), and reading its thousands of
+        pods for a fingerprint each time cost more than the check."""
+        return self.cache.plan_pods_stamp(plan.namespace, plan.labels) if plan.deploy else 0
 
     def _release(self, read: ClusterRead, plans: list[PlanBody], report: Report) -> None:
         """The gang gates' release: every plan's gated pods, from the caches the cycle read (the
@@ -372,7 +377,7 @@ class Cycle:
         by side: each may write its status, which for a plan of thousands of pods takes the API
         server most of a second at 3,000 nodes, and a cordon arriving meanwhile waits for the
         cycle to end (three plans one after another held one back for 1.9 s)."""
-        due: list[tuple[_Memory, PlanBody, frozenset[Any]]] = []
+        due: list[tuple[_Memory, PlanBody, int]] = []
         for uid, plan in plans.items():
             memory = self.memory.get(uid)
             if plan.deleting or memory is None or memory.phase is not Phase.APPLIED:
