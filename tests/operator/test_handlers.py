@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import json
 import time
 from collections.abc import Coroutine
@@ -166,6 +167,13 @@ def test_kopfs_last_handled_state_is_a_digest_not_a_copy_of_the_spec() -> None:
 
     assert storage.fetch(body=body({**raw, "metadata": {**meta, "annotations": stored}})) == essence
     assert build({**raw, "status": {"phase": "Error"}}) == essence  # status is no change to kopf
+    # the same digest as kopf's own build of the whole object (plans annotated before keep theirs)
+    whole = kopf.AnnotationsDiffBaseStorage.build(
+        storage, body=body({**raw, "metadata": {**meta, "labels": {"a": "b"}}})
+    )
+    text = json.dumps(whole, sort_keys=True, separators=(",", ":"))
+    labelled = build({**raw, "metadata": {**meta, "labels": {"a": "b"}}})
+    assert labelled == {"digest": hashlib.sha256(text.encode()).hexdigest()} != essence
     changed = {**raw, "spec": {**spec, "priority": 5}}
     assert build(changed) != essence  # a spec change still is
 
