@@ -280,8 +280,9 @@ def release_rounds(prepared: Sequence[Prepared]) -> list[list[tuple[Step, Prepar
     (:data:`Step.RELEASE`, a round of its own), which is true once its leaving Deployments are
     gone, and its whole status after the others. Plans whose units did not change (only a score
     or a message: after a cordon, every plan but the ones that moved) neither free nor take
-    anything: they go last, in a round of their own, so the patches that say where cards went do
-    not share the API server with them."""
+    anything: they join the last round, where they share the API server with the fewest patches
+    that say where cards went, and cost the cycle no round of their own (at 3,000 nodes a round
+    of their own was half a second of the cordon's 3.5 s cycle)."""
     deltas = [_delta(p) for p in prepared]
     frees: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d < 0} for di in deltas]
     takes: list[set[tuple[str, str]]] = [{k for k, d in di.items() if d > 0} for di in deltas]
@@ -302,6 +303,8 @@ def release_rounds(prepared: Sequence[Prepared]) -> list[list[tuple[Step, Prepar
         j = next(j for j in waiting if j not in freed)
         freed.add(j)
         out.append([(Step.RELEASE, prepared[j])])
-    if still:
+    if still and out:
+        out[-1].extend((Step.COMPLETE, prepared[j]) for j in still)
+    elif still:
         out.append([(Step.COMPLETE, prepared[j]) for j in still])
     return out
