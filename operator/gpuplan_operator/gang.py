@@ -50,6 +50,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from gpuplan_operator.gang_devices import DeviceShortfall
@@ -106,9 +107,14 @@ class GangPod:
     resource_version: str = ""
     claims: bool = False  # takes GPUs from ResourceClaims (DRA): :mod:`.gang_devices` checks them
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @cached_property
+    def unit_key(self) -> str:
+        """``namespace/unit``: its instance set, cluster-wide."""
+        return f"{self.namespace}/{self.unit}"
 
     @property
     def target(self) -> str | None:
@@ -412,7 +418,7 @@ def decide(
 
     group = []
     for pod in gated:
-        if pod.unit not in begun and f"{pod.namespace}/{pod.unit}" not in started:
+        if pod.unit not in begun and pod.unit_key not in started:
             group.append(pod)
             continue
         taken = [d for d in devices if d.node == pod.planned] if pod.claims else []

@@ -137,6 +137,23 @@ def _placements(
     return out
 
 
+class _Seen:
+    """One pod object as a round read it, and where it was placed on which nodes' index."""
+
+    __slots__ = ("index", "placed", "pod", "read", "selector")
+
+    def __init__(self, pod: Mapping[str, Any], read: GangPod, selector: Selector) -> None:
+        self.pod, self.read, self.selector = pod, read, selector
+        self.index: NodeIndex | None = None
+        self.placed = read
+
+    def on(self, index: NodeIndex) -> GangPod:
+        """The pod with the node its selector pins it to on ``index`` (:func:`~.gang.placed`)."""
+        if self.index is not index:
+            self.placed, self.index = placed(self.read, self.selector, index), index
+        return self.placed
+
+
 class GateKeeper:
     """Lifts the gang gates of the plans' pods, round by round."""
 
@@ -157,10 +174,8 @@ class GateKeeper:
         self._started: dict[str, float] = {}  # namespace/unit -> when a pod of it was last seen started
         self._pruned = 0.0
         # what the last round built, for the next one (:meth:`_node_index`, :func:`_placements`)
-        # the nodes, their index, and the pods placed on it: (namespace, name, version) -> pod
-        self._nodes: tuple[list[Mapping[str, Any]], NodeIndex, dict[tuple[str, str, str], GangPod]] | None = (
-            None
-        )
+        self._nodes: tuple[list[Mapping[str, Any]], NodeIndex] | None = None  # the last round's
+        self._seen: dict[int, _Seen] = {}  # the last round's pods, by the identity of their objects
         self._units: dict[str, tuple[Mapping[str, Any], Placement]] = {}
 
     def waiting(self, namespace: str, name: str) -> str | None:
@@ -185,15 +200,15 @@ class GateKeeper:
         """
         self.due_in = None
         now = self.clock()
-        own = [read_own(p) for p in pods]
-        self._remember_started(own, now)
-        if not any(r.gated or _in_flight(r) for r, _ in own):
+        entries = self._read(pods)
+        self._remember_started(entries, now)
+        if not any(e.read.gated or _in_flight(e.read) for e in entries):
             self.decisions = {}
             self.metrics.gang_round(0)
             return []
-        index, known = self._node_index(nodes)
-        raw = {r.key: (r, selector, p) for (r, selector), p in zip(own, pods, strict=True)}
-        seen = self._place([(r, selector) for r, selector, _ in raw.values()], index, known)
+        index = self._node_index(nodes)
+        seen = [e.on(index) for e in entries]
+        raw = {p.key: e.pod for e, p in zip(entries, seen, strict=True)}
         ledger = Ledger(index, seen)
         decisions = [
             self._named(d, plans)
@@ -217,7 +232,7 @@ class GateKeeper:
             with ThreadPoolExecutor(max_workers=PARALLEL_WRITES, thread_name_prefix="gpuplan-gate") as pool:
                 lifted = list(
                     pool.map(
-                        in_context(lambda dr: cluster.release_gate(self.kube, raw[dr[1].pod.key][2], at)),
+                        in_context(lambda dr: cluster.release_gate(self.kube, raw[dr[1].pod.key], at)),
                         releases,
                     )
                 )
@@ -238,52 +253,47 @@ class GateKeeper:
         self.metrics.gang_round(still_gated)
         return decisions
 
-    def _node_index(
-        self, nodes: Sequence[Mapping[str, Any]]
-    ) -> tuple[NodeIndex, dict[tuple[str, str, str], GangPod]]:
-        """The nodes' index, and the pods placed on it by the last round: both kept while the
-        nodes are the same objects (the cache never changes a node in place, it replaces it).
-        During a deploy the rounds follow every few pod changes and the nodes seldom change;
-        indexing a thousand nodes' labels and placing every pod again was a tenth of the
-        operator's CPU through a 1,000-node deploy."""
+    def _read(self, pods: Sequence[Mapping[str, Any]]) -> list[_Seen]:
+        """Every pod as the decision reads it, the same object read once: the cache replaces a
+        pod it changes, never edits it, so an object seen by the last round is the same pod
+        version (looked up by its identity, the cheapest key there is; the entries hold the
+        objects, so no identity is reused while it is remembered). At 3,000 nodes a round reads
+        7,440 pods, and reading each again (its uid and version, then the memo of
+        :func:`~.gang.read_own`) was a fifth of the operator's CPU through the deploy."""
+        known, kept, out = self._seen, {}, []
+        for pod in pods:
+            entry = known.get(id(pod))
+            if entry is None or entry.pod is not pod:
+                entry = _Seen(pod, *read_own(pod))
+            kept[id(pod)] = entry
+            out.append(entry)
+        self._seen = kept  # the pods gone since the last round are forgotten
+        return out
+
+    def _node_index(self, nodes: Sequence[Mapping[str, Any]]) -> NodeIndex:
+        """The nodes' index, kept while the nodes are the same objects (the cache never changes a
+        node in place, it replaces it); a pod placed on it keeps its placement
+        (:meth:`_Seen.on`). During a deploy the rounds follow every few pod changes and the
+        nodes seldom change; indexing a thousand nodes' labels and placing every pod again was a
+        tenth of the operator's CPU through a 1,000-node deploy."""
         last = self._nodes
         if (
             last is not None
             and len(last[0]) == len(nodes)
             and all(a is b for a, b in zip(last[0], nodes, strict=True))
         ):
-            return last[1], last[2]
+            return last[1]
         index = NodeIndex(nodes)
-        self._nodes = (list(nodes), index, {})
-        return index, self._nodes[2]
+        self._nodes = (list(nodes), index)
+        return index
 
-    def _place(
-        self,
-        pods: Sequence[tuple[GangPod, Selector]],
-        index: NodeIndex,
-        known: dict[tuple[str, str, str], GangPod],
-    ) -> list[GangPod]:
-        """Every pod with its planned node (:func:`~.gang.placed`); a pod version placed on the
-        same index before is taken as it was. ``known`` (the index's) keeps this round's pods."""
-        out, kept = [], {}
-        for read, selector in pods:
-            key = (read.namespace, read.name, read.resource_version)
-            got = known.get(key) if read.resource_version else None
-            if got is None:
-                got = placed(read, selector, index)
-            kept[key] = got
-            out.append(got)
-        known.clear()  # the pods gone since the last round are forgotten
-        known.update(kept)
-        return out
-
-    def _remember_started(self, pods: Sequence[tuple[GangPod, Selector]], now: float) -> None:
+    def _remember_started(self, pods: Sequence[_Seen], now: float) -> None:
         """Note the instance sets with a pod not gated (started), forget those unseen for long
         (``namespace/unit``, as :func:`~.gang.decide_all` asks; pods of no plan count too: cheaper
         than telling them apart, and never asked about)."""
-        for pod, _ in pods:
-            if not pod.gated:
-                self._started[f"{pod.namespace}/{pod.unit}"] = now
+        for entry in pods:
+            if not entry.read.gated:
+                self._started[entry.read.unit_key] = now
         if now - self._pruned > STARTED_KEPT:
             self._started = {u: t for u, t in self._started.items() if now - t <= STARTED_KEPT}
             self._pruned = now

@@ -92,3 +92,27 @@ def test_a_plans_placement_is_read_again_when_its_status_is_another_object() -> 
     changed = release._placements([plan_with_units({"n1": {"nvidia.com/gpu": 2}})], known)
     assert changed["ns/p"] == {"n1": {"nvidia.com/gpu": 2}}
     assert release._placements([], known) == {} and known == {}  # a plan gone is forgotten
+
+
+def test_a_pod_object_seen_by_the_last_round_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuplan_operator import gang
+
+    read: list[str] = []
+    real = gang.read_own
+
+    def counting(pod: Any) -> Any:
+        read.append(pod["metadata"]["name"])
+        return real(pod)
+
+    monkeypatch.setattr(release, "read_own", counting)
+    nodes = [node("n1", cards=0)]
+    gates, pods = keeper([gated("a", 4, planned="n1"), gated("b", 4, planned="n1")])
+    gates.decide_and_release(nodes, pods, [])
+    gates.decide_and_release(nodes, pods, [])
+    assert sorted(read) == ["a", "b"]
+    replaced = copy.deepcopy(pods[1])  # the cache's next version of b: another object
+    gates.decide_and_release(nodes, [pods[0], replaced], [])
+    assert sorted(read) == ["a", "b", "b"]
+    gates.decide_and_release(nodes, [replaced], [])  # a gone: forgotten
+    gates.decide_and_release(nodes, [pods[0], replaced], [])
+    assert sorted(read) == ["a", "a", "b", "b"]
