@@ -192,21 +192,25 @@ def kwok_took_on(api: Api, before: int, count: int) -> None:
     )
 
 
-SETTLING = ("PUT deployments status", "PUT replicasets status")  # the controller-manager catching up
+CHURN = ("deployments", "replicasets", "pods")  # what a deploy, a clear and the controllers write
+WRITES = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 
 
-def controllers_settled(api: Api, quiet: float = 3.0, timeout: float = 600.0) -> float:
-    """Wait until the controller-manager has stopped writing Deployment and ReplicaSet statuses for
-    ``quiet`` seconds; the seconds waited.
+def controllers_settled(api: Api, what: str = "", quiet: float = 3.0, timeout: float = 600.0) -> float:
+    """Wait until nothing has written a Deployment, ReplicaSet or pod (statuses and deletions too)
+    for ``quiet`` seconds; the seconds waited (printed, with ``what`` is waited for).
 
-    All Running is not the end of a deploy for the controller-manager: at 3,000 nodes it went on
-    writing the 7,440 Deployments' statuses (3,718 of them) through the cordon that followed,
-    with a core of CPU (66 s in a 2026-11-27 run), and the cordon's cycle shared the machine
-    with it. A cordon on a running cluster comes on settled controllers."""
+    Neither all Running nor all gone ends the controllers' work: at 3,000 nodes the
+    controller-manager went on writing 3,718 of the new Deployments' statuses through the cordon
+    that followed, with a core of CPU (a 2026-11-27 run); at 1,000 nodes 1,269 pod deletions of
+    the plan just deleted landed in the floor timed after it, and the floor's own clear in the
+    phase after that. A timed phase starts on settled controllers."""
 
     def count() -> int:
         requests = ledger.read(api.kube).requests
-        return sum(requests[k] for k in SETTLING)
+        return sum(
+            n for key, n in requests.items() if key.split(" ")[0] in WRITES and key.split(" ")[1] in CHURN
+        )
 
     started = time.monotonic()
     last, since = count(), time.monotonic()
@@ -217,7 +221,10 @@ def controllers_settled(api: Api, quiet: float = 3.0, timeout: float = 600.0) ->
         now = count()
         if now != last:
             last, since = now, time.monotonic()
-    return time.monotonic() - started
+    took = time.monotonic() - started
+    if what:
+        print(f"the controllers settled {took:.0f} s before {what}", file=sys.stderr)
+    return took
 
 
 def plan_names(nodes: int) -> list[str]:
@@ -304,7 +311,10 @@ def floor(
     phase: Callable[[str], None] = lambda _: None,
     name: str = "floor",
 ) -> float:
-    """Seconds from creating ``deployments`` (the operator's parallelism) to all ``pods`` Running."""
+    """Seconds from creating ``deployments`` (the operator's parallelism) to all ``pods`` Running,
+    started on settled controllers."""
+    controllers_settled(api, f"the {name}")
+    phase(f"before the {name}")
     profile(api, name)
     start = time.monotonic()
     with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
@@ -383,6 +393,8 @@ def gated_floor(
     nodes = sorted({d["spec"]["template"]["spec"]["nodeSelector"][FLOOR_KEY] for d in gated})
     stop = threading.Event()
     lifted: list[int] = []
+    controllers_settled(api, "the gated floor")
+    phase("before the gated floor")
     lifter = threading.Thread(target=lambda: lifted.append(lift_gates(api, stop)), daemon=True)
     lifter.start()
     start = time.monotonic()
@@ -480,6 +492,7 @@ def hand_over_floor(
     wait_for("the hand-over floor's first pods Running", running_floor(api, replicas(before)), 900, poll)
     was = {d["metadata"]["name"]: d for d in before}
     now = {d["metadata"]["name"]: d for d in after}
+    controllers_settled(api, "the hand-over floor")
     phase("hand-over floor: before")
     start = time.monotonic()
 
@@ -604,6 +617,7 @@ def one_size(
     elif floor_before:  # the floor before the operator ever ran: does the order matter?
         first_bare = json.loads(saved.read_text())
         result["floor_before"] = floor(api, first_bare, replicas(first_bare), poll, phase, "floor before")
+    controllers_settled(api, "the operator starts")
     operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
     operator.start(extra_env={METRICS_PORT_ENV: str(free_port())})
     metrics = operator.metrics_url
@@ -641,8 +655,7 @@ def one_size(
                     return False
             return True
 
-        result["settled"] = controllers_settled(api)
-        print(f"the controllers settled {result['settled']:.0f} s after all Running", file=sys.stderr)
+        result["settled"] = controllers_settled(api, "the cordon")
         phase("settle")
         start = time.monotonic()
         api.patch("v1", "nodes", victim, {"spec": {"unschedulable": True}})
@@ -661,6 +674,7 @@ def one_size(
         time.sleep(3)  # past the debounce: the uncordon's cycle is done
         before = {p: api.status(NS, p) for p in plans}
         bare_before = [d for p in plans for d in bare_deployments(api, label_key(NS, p), p)]
+        controllers_settled(api, "the urgent plan")
         phase("uncordon")
         start = time.monotonic()
         create_plan(api, URGENT, urgent_spec(nodes))
