@@ -54,6 +54,7 @@ from functools import cached_property
 from typing import Any
 
 from gpuplan_operator.gang_devices import DeviceShortfall
+from gpuplan_operator.memo import Memo
 from planner import (
     GANG_GATE,
     PLAN_LABEL,
@@ -157,8 +158,8 @@ def _units(pairs: Iterable[tuple[str, Any]]) -> Units:
     return out
 
 
-_ALLOCATABLE: dict[tuple[tuple[str, Any], ...], Units] = {}  # a node's allocatable -> its units
-_ALLOCATABLE_KEPT = 10_000  # distinct allocatables remembered; cleared whole when full
+# a node's allocatable -> its units: 10,000 distinct allocatables
+_ALLOCATABLE: Memo[tuple[tuple[str, Any], ...], Units] = Memo(10_000)
 
 
 def _allocatable(alloc: Mapping[str, Any]) -> Units:
@@ -171,9 +172,7 @@ def _allocatable(alloc: Mapping[str, Any]) -> Units:
     except TypeError:  # a value that is not text (the API server would not store it): no memo
         return _units(key)
     if known is None:
-        if len(_ALLOCATABLE) >= _ALLOCATABLE_KEPT:
-            _ALLOCATABLE.clear()
-        known = _ALLOCATABLE[key] = _units(key)
+        known = _ALLOCATABLE.put(key, _units(key))
     return known
 
 
@@ -191,8 +190,8 @@ def unit_of(pod: Mapping[str, Any]) -> str:
 Selector = tuple[tuple[str, str], ...]  # a pod's nodeSelector, sorted
 
 
-_READ: dict[tuple[str, str], tuple[GangPod, Selector]] = {}  # (uid, version) ->
-_READ_KEPT = 50_000  # pods remembered (each a few hundred bytes); cleared whole when full
+# (uid, version) -> the pod read: 50,000 pods (each a few hundred bytes)
+_READ: Memo[tuple[str, str], tuple[GangPod, Selector]] = Memo(50_000)
 
 
 def read_pod(pod: Mapping[str, Any], nodes: NodeIndex) -> GangPod:
@@ -212,9 +211,7 @@ def read_own(pod: Mapping[str, Any]) -> tuple[GangPod, Selector]:
     if known is None:
         known = _read_pod(pod)
         if all(key):
-            if len(_READ) >= _READ_KEPT:
-                _READ.clear()
-            _READ[key] = known
+            _READ.put(key, known)
     return known
 
 

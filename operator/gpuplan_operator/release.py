@@ -140,18 +140,20 @@ def _placements(
 class _Seen:
     """One pod object as a round read it, and where it was placed on which nodes' index."""
 
-    __slots__ = ("index", "placed", "pod", "read", "selector")
+    __slots__ = ("placed", "pod", "read", "selector")
 
     def __init__(self, pod: Mapping[str, Any], read: GangPod, selector: Selector) -> None:
         self.pod, self.read, self.selector = pod, read, selector
-        self.index: NodeIndex | None = None
-        self.placed = read
+        self.placed: tuple[NodeIndex, GangPod] | None = None  # one pair: replaced, never half-written
 
     def on(self, index: NodeIndex) -> GangPod:
         """The pod with the node its selector pins it to on ``index`` (:func:`~.gang.placed`)."""
-        if self.index is not index:
-            self.placed, self.index = placed(self.read, self.selector, index), index
-        return self.placed
+        last = self.placed
+        if last is not None and last[0] is index:
+            return last[1]
+        pod = placed(self.read, self.selector, index)
+        self.placed = (index, pod)
+        return pod
 
 
 class GateKeeper:

@@ -33,6 +33,7 @@ from typing import Any
 
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.diff import covers, foreign_owner, node_label_changes, with_owner
+from gpuplan_operator.memo import Memo
 from planner import CLAIM_TEMPLATE, CONFIGMAP, DEPLOYMENT, MANAGED_BY, NODE, PRIORITY_CLASS, Desired
 
 
@@ -163,8 +164,9 @@ def _drop_claim_templates(plan: PlanBody, observed: Observed, wanted: Iterable[s
     return _drop_owned(plan, observed.claim_templates, wanted, CLAIM_TEMPLATE, Step.UNLABEL_NODES)
 
 
-_COVERED: dict[tuple[str, str, str], bytes] = {}  # (namespace/name, uid, version) -> desired digest
-_COVERED_KEPT = 50_000  # comparisons remembered (a few MB): a re-plan repeats nearly all of the last one's
+# (namespace/name, uid, version) -> desired digest: 50,000 comparisons (a few MB), a re-plan
+# repeats nearly all of the last one's
+_COVERED: Memo[tuple[str, str, str], bytes] = Memo(50_000)
 
 
 def _version(meta: Mapping[str, Any], desired: Mapping[str, Any]) -> str | None:
@@ -216,9 +218,7 @@ def _covered(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
         return True
     if not covers(actual, desired):
         return False
-    if len(_COVERED) >= _COVERED_KEPT:
-        _COVERED.clear()
-    _COVERED[key] = digest
+    _COVERED.put(key, digest)
     return True
 
 

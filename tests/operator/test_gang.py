@@ -420,8 +420,9 @@ def test_a_pod_is_read_once_per_version_and_its_planned_node_follows_the_node_la
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from gpuplan_operator import gang
+    from gpuplan_operator.memo import Memo
 
-    monkeypatch.setattr(gang, "_READ", {})
+    monkeypatch.setattr(gang, "_READ", Memo(50_000))
     parsed: list[str] = []
     from planner import pod_requests as real
 

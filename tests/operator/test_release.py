@@ -14,7 +14,7 @@ from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.release import GateKeeper
 
 from tests.operator.fake_kube import FakeKube
-from tests.operator.test_gang import KEY, NOW, gated, node
+from tests.operator.test_gang import KEY, NOW, gated, node, pod
 
 
 def keeper(pods: list[dict[str, Any]]) -> tuple[GateKeeper, list[dict[str, Any]]]:
@@ -116,3 +116,19 @@ def test_a_pod_object_seen_by_the_last_round_is_not_read_again(monkeypatch: pyte
     gates.decide_and_release(nodes, [replaced], [])  # a gone: forgotten
     gates.decide_and_release(nodes, [pods[0], replaced], [])
     assert sorted(read) == ["a", "a", "b", "b"]
+
+
+def test_a_released_pod_on_its_way_is_waited_for_only_with_a_readable_release_time() -> None:
+    """A pod whose gate the operator lifted, not bound yet: the next round comes when its time
+    is up. One whose release time cannot be read has no time to be up: nothing to wait for (the
+    decision never counted it overdue either)."""
+    on_its_way = pod("a", 4, planned="n1", released_ago=30.0)
+    gates, (stored,) = keeper([on_its_way])
+    (decision,) = gates.decide_and_release([node("n1")], [stored], [])
+    assert decision.code is GangCode.IDLE and not decision.releases
+    assert gates.due_in == pytest.approx(180.0 - 30.0 + 0.5)
+    garbled = copy.deepcopy(on_its_way)
+    garbled["metadata"]["annotations"]["gpuplan.ragnaros.io/released"] = "yesterday"
+    gates, (stored,) = keeper([garbled])
+    assert gates.decide_and_release([node("n1")], [stored], []) == []
+    assert gates.due_in is None

@@ -12,6 +12,7 @@ from gpuplan_operator import writes as writes_module
 from gpuplan_operator.apply import perform
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cluster import read_for_apply
+from gpuplan_operator.memo import Memo
 from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.writes import (
     Changes,
@@ -187,7 +188,9 @@ def comparisons_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_a_deployment_compared_before_in_the_same_version_is_not_compared_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(writes_module, "_COVERED", {})  # what earlier tests compared is not this test's
+    monkeypatch.setattr(
+        writes_module, "_COVERED", Memo(50_000)
+    )  # what earlier tests compared is not this test's
     nodes = [node(f"p4-{i}") for i in range(4)]
     body = PlanBody.from_object(plan(requests={"face_feature_extract": {"P4": 4}}, deploy=True))
     desired = desired_for({"face_feature_extract": {"P4": 4}}, nodes)
@@ -226,7 +229,7 @@ def test_a_deployment_applied_is_not_compared_again_after_its_controller_annotat
     """The apply's own answer is compared when it lands: the first re-plan after a new plan's
     deploy (a cordon) compares none of its Deployments, though the Deployment controller has
     since written each one's status and added its revision annotation."""
-    monkeypatch.setattr(writes_module, "_COVERED", {})
+    monkeypatch.setattr(writes_module, "_COVERED", Memo(50_000))
     kube = FakeKube()
     nodes = [node(f"p4-{i}") for i in range(4)]
     for n in nodes:
