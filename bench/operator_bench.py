@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import sys
 import threading
@@ -179,21 +180,31 @@ def kwok_took_on(api: Api, before: int, count: int) -> None:
 
     started = time.monotonic()
     wait_for(f"kwok taking on {count} nodes", lambda: lists() - before >= count, 600, 1)
-    last = lists()
-    while True:
-        time.sleep(2)
-        now = lists()
-        if now == last:
-            break
-        last = now
+    steady(lists, 2.0, 600.0, "kwok's node listings")
     print(
-        f"kwok took on {count} nodes ({last - before} pod listings, {time.monotonic() - started:.0f} s more)",
+        f"kwok took on {count} nodes ({lists() - before} pod listings, "
+        f"{time.monotonic() - started:.0f} s more)",
         file=sys.stderr,
     )
 
 
+def steady(count: Callable[[], int], quiet: float, timeout: float, what: str) -> None:
+    """Wait until ``count`` (a counter of the API server's requests) has not moved for ``quiet``
+    seconds; stop the bench after ``timeout``."""
+    started = time.monotonic()
+    last, since = count(), time.monotonic()
+    while time.monotonic() - since < quiet:
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"{what} did not settle in {timeout:.0f} s")
+        time.sleep(0.5)
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+
+
 CHURN = ("deployments", "replicasets", "pods")  # what a deploy, a clear and the controllers write
 WRITES = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+CHURN_WRITES = frozenset((verb, kind) for verb in WRITES for kind in CHURN)  # ledger keys' first words
 
 
 def controllers_settled(api: Api, what: str = "", quiet: float = 3.0, timeout: float = 600.0) -> float:
@@ -208,19 +219,10 @@ def controllers_settled(api: Api, what: str = "", quiet: float = 3.0, timeout: f
 
     def count() -> int:
         requests = ledger.read(api.kube).requests
-        return sum(
-            n for key, n in requests.items() if key.split(" ")[0] in WRITES and key.split(" ")[1] in CHURN
-        )
+        return sum(n for key, n in requests.items() if tuple(key.split(" ")[:2]) in CHURN_WRITES)
 
     started = time.monotonic()
-    last, since = count(), time.monotonic()
-    while time.monotonic() - since < quiet:
-        if time.monotonic() - started > timeout:
-            raise SystemExit(f"the controllers did not settle in {timeout:.0f} s")
-        time.sleep(0.5)
-        now = count()
-        if now != last:
-            last, since = now, time.monotonic()
+    steady(count, quiet, timeout, "the controllers")
     took = time.monotonic() - started
     if what:
         print(f"the controllers settled {took:.0f} s before {what}", file=sys.stderr)
@@ -786,7 +788,7 @@ def main() -> None:
                 f"{r['running'] / mean:.2f}x the mean of both floors",
                 flush=True,
             )
-        if r.get("gated_floor") == r.get("gated_floor"):  # not nan: the floors ran
+        if not math.isnan(r.get("gated_floor", math.nan)):  # the floors ran
             print(
                 f"{'':>6} the floor with the resource's writes (node labels, gates lifted as pods appear): "
                 f"{r['gated_floor']:.1f} s, {r['gated_floor'] / r['floor']:.2f}x the floor; "

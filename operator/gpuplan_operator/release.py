@@ -210,7 +210,6 @@ class GateKeeper:
             return []
         index = self._node_index(nodes)
         seen = [e.on(index) for e in entries]
-        raw = {p.key: e.pod for e, p in zip(entries, seen, strict=True)}
         ledger = Ledger(index, seen)
         decisions = [
             self._named(d, plans)
@@ -231,6 +230,7 @@ class GateKeeper:
             self.due_in = max(0.0, min(in_flight) + self.timeout - now) + 0.5
         releases = [(d, r) for d in decisions for r in d.releases]
         if releases:  # side by side, as an apply's writes: a 2,500-pod plan starts in a few round trips
+            raw = {p.key: e.pod for e, p in zip(entries, seen, strict=True)}  # the objects to patch
             with ThreadPoolExecutor(max_workers=PARALLEL_WRITES, thread_name_prefix="gpuplan-gate") as pool:
                 lifted = list(
                     pool.map(
