@@ -38,7 +38,7 @@ from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.writes import Step, Verb, Write, remember_applied, wave
 
 PARALLEL_WRITES = 8  # at most this many requests in flight (the connection pool's size)
-MEANWHILE_EVERY = 2.0  # seconds between the calls of ``meanwhile`` during a long wave
+MEANWHILE_EVERY = 1.0  # seconds between the calls of ``meanwhile`` during a long wave
 
 A = TypeVar("A")
 R = TypeVar("R")

@@ -6,7 +6,9 @@ The scheduling cycle calls :meth:`GateKeeper.decide_and_release` once per cycle,
 writes and before readiness, with the same snapshot it planned from: the nodes, and every pod its
 pods cache holds (bound ones, Terminating ones, gated ones and released ones not bound yet). It
 reads nothing else from the API server: what each plan's placement puts on each node is its
-``status.applied.units``, from the plans cache. The caller writes conditions and Events and
+``status.applied.units``, from the plans cache. While a cycle writes, it calls it every second
+too, with the placements it is writing (``placing``) in place of the statuses it has not written
+yet. The caller writes conditions and Events and
 re-plans the plans whose release timed out; the last decision per plan is kept here for the
 ``Ready`` condition's message.
 
@@ -72,11 +74,20 @@ def _iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _applied(plan: PlanBody, placing: Mapping[str, Mapping[str, Any]] | None) -> Mapping[str, Any]:
+    """The plan's ``status.applied``, or what a cycle writing it is placing (:func:`_placements`)."""
+    applied = (placing or {}).get(plan.ref)
+    if applied is None:
+        applied = plan.status.get("applied")
+    return applied if isinstance(applied, Mapping) else {}
+
+
 def _devices(
     pods: Sequence[GangPod],
     plans: Sequence[PlanBody],
     slices: Sequence[Mapping[str, Any]],
     claims: Sequence[Mapping[str, Any]],
+    placing: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, list[DeviceShortfall]]:
     """Group -> the devices of its plan's placement that cannot be allocated now, for the plans
     with gated pods that take their GPUs from claims (both names of the group, as
@@ -87,7 +98,7 @@ def _devices(
     index = DeviceIndex(slices, claims)
     out: dict[str, list[DeviceShortfall]] = {}
     for plan in plans:
-        placed = (plan.status.get("applied") or {}).get("devices")
+        placed = _applied(plan, placing).get("devices")
         groups = {f"{plan.namespace}/{plan.name}", plan.label_key} & wanting
         if not groups or not isinstance(placed, Mapping):
             continue
@@ -111,11 +122,16 @@ def _placement(units: Mapping[str, Any]) -> Placement:
 
 
 def _placements(
-    plans: Sequence[PlanBody], known: dict[str, tuple[Mapping[str, Any], Placement]] | None = None
+    plans: Sequence[PlanBody],
+    known: dict[str, tuple[Mapping[str, Any], Placement]] | None = None,
+    placing: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Placement]:
     """Group -> node -> resource -> units each plan's placement puts there (``status.applied``),
     under both names its pods are grouped by: ``namespace/name`` (the plan's label) and the plan's
     node label key (pods Ragnaros makes from its values.yaml).
+
+    ``placing``: ``namespace/name`` -> ``status.applied`` as it will be for the plans a cycle is
+    writing, in place of what their statuses still say.
 
     ``known``: what the last round read, by plan (its ``units`` object and the placement read off
     it), kept up to date here: a cached plan's status is never changed in place, so the same
@@ -123,7 +139,7 @@ def _placements(
     out: dict[str, Placement] = {}
     seen: dict[str, tuple[Mapping[str, Any], Placement]] = {}
     for plan in plans:
-        units = (plan.status.get("applied") or {}).get("units")
+        units = _applied(plan, placing).get("units")
         if not isinstance(units, Mapping):
             continue
         last = (known or {}).get(plan.ref)
@@ -192,13 +208,16 @@ class GateKeeper:
         plans: Sequence[PlanBody],
         slices: Sequence[Mapping[str, Any]] = (),
         claims: Sequence[Mapping[str, Any]] = (),
+        placing: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[GangDecision]:
         """Decide on every plan's gated pods and lift the gates the decisions release.
 
         ``pods``: the pods bound to a node and not finished (Terminating ones too) and the pods
         not bound yet; ``plans``: every plan (to name pods grouped by a plan's node label key);
         ``slices`` and ``claims``: the ResourceSlices and ResourceClaims (DRA), for plans whose
-        gated pods take their GPUs from claims.
+        gated pods take their GPUs from claims; ``placing``: ``status.applied`` of the plans a
+        cycle is writing, as it will be (``namespace/name`` -> applied), which their statuses do
+        not say yet.
         """
         self.due_in = None
         now = self.clock()
@@ -218,9 +237,9 @@ class GateKeeper:
                 ledger,
                 now,
                 self.timeout,
-                _placements(plans, self._units),
+                _placements(plans, self._units, placing),
                 self._started,
-                _devices(seen, plans, slices, claims),
+                _devices(seen, plans, slices, claims, placing),
             )
         ]
         at = _iso(now)

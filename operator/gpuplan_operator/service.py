@@ -131,16 +131,13 @@ class Prepared:
     shared: Shared | None = None  # planned together: admission, elastic requests
     done: list[Write] = field(default_factory=list)  # performed already (the hand-over)
     written: bool = False  # every write performed: only the status is left
-    # write status.applied before the Deployments (a new plan's many pods): the gang gates of the
-    # pods made so far can be lifted while the rest are still being written
-    claim_first: bool = False
     took: dict[str, float] = field(default_factory=dict)  # seconds by stage, for the log line
     known_digest: bytes | None = None  # the digest of ``desired``, when it was taken before
 
     @functools.cached_property
     def units(self) -> dict[str, dict[str, int]]:
         """``status.applied.units`` once the writes have landed (computed once: the hand-over's
-        order, the claim and the status all read it)."""
+        order, the gates lifted during the writes and the status all read it)."""
         names = {r.name: r.resource_name for r in self.spec.resources}
         return reserve.applied_units(self.result.allocations, names, dict(self.result.pod_cpu))
 
@@ -214,9 +211,9 @@ class PlanService:
         self.deployments_source: Callable[[str], list[dict[str, Any]] | None] | None = None
         self.on_status: Callable[[Mapping[str, Any]], None] | None = None
         self.on_written: Landed | None = None
-        # called now and then while a plan that claimed its cards first writes its Deployments
-        # (with the plan's namespace/name): the cycle lifts the gates of the pods made so far
-        self.meanwhile: Callable[[str], None] | None = None
+        # called now and then while a gang plan writes its Deployments: the cycle lifts the
+        # gates of the pods made so far (of every plan it is writing)
+        self.meanwhile: Callable[[], None] | None = None
         # plan uid -> the outputs its last apply wrote, every write and its status landed since
         # this process started (:meth:`landed_outputs`, :meth:`landed_unrendered`)
         self._landed: dict[str, _Landed] = {}
@@ -515,14 +512,13 @@ class PlanService:
         """The writes left after the hand-over (labels, classes, outputs, Deployments, clean-up);
         an Outcome when they failed. Plans may do this side by side: what had to go first is gone."""
         rest = [w for w in prepared.writes if w.step is not Step.DROP] if prepared.done else prepared.writes
-        meanwhile = None
         # a gang plan's pods wait for their gates, which wait for the labels: they go out with its
         # Deployments, not a round before (a higher-priority plan's 250 nodes labelled and its
-        # 250 Deployments written took 3.3 s each, one after the other, at 1,000 nodes)
+        # 250 Deployments written took 3.3 s each, one after the other, at 1,000 nodes); the
+        # gates of the pods made so far are lifted while the rest are written (``meanwhile``)
         gated = prepared.spec.deploy and prepared.spec.gang is Gang.PLAN
         waves = gated_wave if gated else wave
-        if prepared.claim_first and self.claim(prepared) and self.meanwhile is not None:
-            meanwhile = functools.partial(self.meanwhile, prepared.plan.ref)
+        meanwhile = self.meanwhile if gated else None
         try:
             prepared.done.extend(
                 perform(
@@ -554,19 +550,6 @@ class PlanService:
         if zones := reserve.applied_zones(result.allocations, names):
             applied["zones"] = zones
         return applied
-
-    def claim(self, prepared: Prepared) -> bool:
-        """Write ``status.applied`` as it will be once the writes land, before they start (the
-        rest of the status follows with :meth:`complete`); False when it could not be written
-        (the writes go on: their gates are then lifted after the status, as without a claim)."""
-        old = prepared.plan.status
-        try:
-            self._write_status(prepared.plan, {**old, "applied": self.applied_of(prepared)})
-        except ApiException as e:
-            ref, why = prepared.plan.ref, api_error_message(e)
-            log.warning("%s: claiming the cards in status failed: %s", ref, why)
-            return False
-        return True
 
     def complete(self, prepared: Prepared) -> Outcome:
         """The rest of the writes (unless :meth:`write_rest` did them), then the status (with what

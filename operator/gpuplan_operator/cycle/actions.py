@@ -24,18 +24,19 @@ is asked for more cards than it has. Then labels, classes, the ConfigMap, claim 
 Deployments, plans side by side, and the statuses in :func:`release_rounds` (side by side
 where no plan waits on another).
 
-A plan that writes many Deployments with the gang gate (a new plan of thousands of pods) and takes
-no card another plan of the cycle gives up *claims first* (:func:`claims_first`): its
-``status.applied`` is written before its Deployments, and while they are written the cycle lifts
-the gates of the pods made so far (:mod:`..apply`'s ``meanwhile``), so creating the plan's pods
-and scheduling them overlap instead of one waiting for the other. The gates still open only once
-the whole plan fits, against the claimed placement.
+Before those writes the cycle is told every plan's placement as it will be (``placing``), and
+while a gang plan's Deployments are written the cycle lifts the gates of the pods made so far
+(:mod:`..apply`'s ``meanwhile``), against those placements rather than the statuses not yet
+written: creating a plan's pods and scheduling them overlap instead of one waiting for the
+other. The gates still open only once the whole plan fits, and the ledger they are decided on
+counts every pod bound to a node, Terminating ones too: cards another plan gives up are taken
+only once its leaving pods are gone, whichever status lands first.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -48,12 +49,10 @@ from gpuplan_operator.cluster import ClusterRead
 from gpuplan_operator.cycle.order import created
 from gpuplan_operator.service import Outcome, PlanService, Prepared, previous_of
 from gpuplan_operator.status import Phase
-from gpuplan_operator.writes import Step as WriteStep
-from planner import Desired, Gang, PlanSpec, Shared, Snapshot, plan_together, snapshot
+from planner import Desired, PlanSpec, Shared, Snapshot, plan_together, snapshot
 
 PARALLEL_READS = 8  # plans whose objects are read at once (the connection pool's size)
 PARALLEL_PLANS = 3  # plans written at once (each sends up to 8 writes at a time itself)
-CLAIM_FIRST = 50  # Deployments a gang plan writes at least before it claims its cards first
 
 
 @dataclass(frozen=True)
@@ -134,10 +133,13 @@ def hand_over(
     read: ClusterRead,
     verify: Collection[str] = (),
     stages: dict[str, float] | None = None,
+    placing: Callable[[dict[str, dict[str, Any]]], None] | None = None,
 ) -> dict[str, Outcome]:
     """Render, compute every plan's writes, perform the ones that free cards for all plans first,
     then the rest of every plan's (side by side), then the statuses in :func:`release_rounds`;
-    each plan's outcome by uid. ``stages`` gets the seconds of each step, for the cycle's log."""
+    each plan's outcome by uid. ``stages`` gets the seconds of each step, for the cycle's log;
+    ``placing`` hears, before the rest of the writes, ``status.applied`` as it will be for every
+    plan written (``namespace/name`` -> applied)."""
     stages = {} if stages is None else stages
     begun = time.perf_counter()
     outcomes: dict[str, Outcome] = {}
@@ -192,8 +194,8 @@ def hand_over(
     for p in prepared:
         if (failed := service.hand_over(p)) is not None:
             outcomes[p.plan.uid] = failed
-    for p in claims_first(prepared):
-        p.claim_first = True
+    if placing is not None:
+        placing({p.plan.ref: service.applied_of(p) for p in prepared if p.plan.uid not in outcomes})
     with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-apply") as pool:
         for p, failed in zip(prepared, pool.map(in_context(service.write_rest), prepared), strict=True):
             if failed is not None:
@@ -216,22 +218,6 @@ def hand_over(
                     outcomes[p.plan.uid] = outcome
     stages["statuses"] = time.perf_counter() - statuses
     return outcomes
-
-
-def claims_first(prepared: Sequence[Prepared]) -> list[Prepared]:
-    """The plans that write ``status.applied`` before their Deployments: gang plans writing at
-    least :data:`CLAIM_FIRST` of them, and only when no plan of the cycle gives cards up (then
-    the plans' ``applied`` never add up to more than a node has, whichever status lands first)."""
-    many = [
-        p
-        for p in prepared
-        if p.spec.deploy
-        and p.spec.gang is Gang.PLAN
-        and sum(1 for w in p.writes if w.step is WriteStep.DEPLOYMENTS) >= CLAIM_FIRST
-    ]
-    if not many or any(d < 0 for p in prepared for d in _delta(p).values()):
-        return []
-    return many
 
 
 def _delta(prepared: Prepared) -> dict[tuple[str, str], int]:

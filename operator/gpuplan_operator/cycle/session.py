@@ -13,8 +13,8 @@ After the plans, the gang gates' release (:mod:`~gpuplan_operator.release`): fro
 snapshot's nodes and the pods cache (bound pods, Terminating ones, gated ones and released ones
 on their way), the gated pods of a plan are released as they appear once every planned node has
 the cards of all of the plan's pods there. A plan whose released pods were not scheduled in time
-is re-planned by the next cycle. A plan that claimed its cards before writing its Deployments
-(:func:`~.actions.claims_first`) has its gates lifted while they are written too
+is re-planned by the next cycle. While a gang plan's Deployments are written, the gates of the
+pods made so far are lifted too, against the placements the cycle is writing
 (:meth:`Cycle.release_meanwhile`).
 
 Then the readiness of applied plans whose pods changed (or which were not Ready)
@@ -54,16 +54,9 @@ from gpuplan_operator.metrics import Trigger
 from gpuplan_operator.service import Outcome, PlanService
 from gpuplan_operator.status import Phase
 from gpuplan_operator.watch import down_since, is_down, planning_view, utcnow
-from planner import PLAN_LABEL, InvalidInput
+from planner import InvalidInput
 
 log = logging.getLogger("gpuplan_operator")
-
-
-def _plan_ref(pod: Mapping[str, Any]) -> str | None:
-    """``namespace/plan`` of a pod carrying a plan's label (a Deployment's), else None."""
-    meta = pod.get("metadata") or {}
-    plan = (meta.get("labels") or {}).get(PLAN_LABEL)
-    return f"{meta.get('namespace')}/{plan}" if plan else None
 
 
 _TRIGGERS = {
@@ -121,7 +114,8 @@ class Cycle:
         service.on_written = cache.assume_written
         service.meanwhile = self.release_meanwhile
         self._meanwhile = threading.Lock()
-        self._claimed: set[str] = set()  # plans of this cycle that claimed their cards first
+        # namespace/name -> status.applied as this cycle is writing it (:meth:`placing`)
+        self._placing: dict[str, dict[str, Any]] = {}
 
     def _cluster_inputs(self, read: ClusterRead, report: Report) -> tuple[Any, ...]:
         """The snapshot's counters of changes that matter, which nodes are down past the grace, and
@@ -148,7 +142,7 @@ class Cycle:
         """One cycle (blocking: run it in a worker thread)."""
         report = Report()
         started = time.perf_counter()
-        self._claimed = set()
+        self._placing = {}
         with self.service.lock:
             locked = time.perf_counter()
             read = self.cache.read()
@@ -260,10 +254,12 @@ class Cycle:
         stages: dict[str, float] = {}
         try:
             verify = {t.plan.uid for t in taking if due[t.plan.uid] in ("new", "retry")}
-            outcomes = hand_over(self.service, taking, answers, nodes, read, verify, stages)
+            outcomes = hand_over(self.service, taking, answers, nodes, read, verify, stages, self.placing)
             report.took.update(stages)
         except ApiException as e:  # e.g. reading a plan's objects failed: every plan again, later
             outcomes = {t.plan.uid: self.service.errored(t.plan, e) for t in taking}
+        finally:
+            self._placing = {}  # the statuses say it now (or the next cycle plans again)
         report.took["hand over"] = time.perf_counter() - handing
         took = time.perf_counter() - started
         for t in taking:  # every plan's reconcile took the whole allocation and its writes
@@ -320,13 +316,19 @@ class Cycle:
         pods for a fingerprint each time cost more than the check."""
         return self.cache.plan_pods_stamp(plan.namespace, plan.labels) if plan.deploy else 0
 
+    def _gang_pods(self) -> list[dict[str, Any]]:
+        """The pods a gang round reads: every pod the pods cache holds, less other namespaces'
+        gated ones (with ``--namespace``, their gates are another operator's to lift)."""
+        pods = self.cache.gang_pods()
+        if self.namespaces:
+            mine = self._serves_namespace
+            pods = [p for p in pods if not is_gated(p) or mine(p["metadata"].get("namespace"))]
+        return pods
+
     def _release(self, read: ClusterRead, plans: list[PlanBody], report: Report) -> None:
         """The gang gates' release: every plan's gated pods, from the caches the cycle read (the
         pods as they are now: a pod bound since the snapshot holds its cards)."""
-        pods = self.cache.gang_pods()
-        if self.namespaces:  # other namespaces' gates are another operator's to lift
-            mine = self._serves_namespace
-            pods = [p for p in pods if not is_gated(p) or mine(p["metadata"].get("namespace"))]
+        pods = self._gang_pods()
         try:
             slices, claims = (read.slices or {}).get("items") or [], (read.claims or {}).get("items") or []
             # the nodes as they are now: a plan applied in this cycle has just labelled its own
@@ -347,25 +349,29 @@ class Cycle:
         if self.service.gates.due_in is not None:
             report.soon(self.service.gates.due_in)
 
-    def release_meanwhile(self, ref: str) -> None:
-        """While the plan ``ref`` (``namespace/name``), which claimed its cards in status, writes
-        its Deployments (from an apply thread; the cycle holds the lock): lift the gates of the
-        pods made so far of every plan of this cycle that claimed its cards, each once all of it
-        fits. Only those plans' gated pods are decided (another plan's status may not say yet
-        what this cycle gives it); every pod counts in the ledger. One such round at a time
-        (plans written side by side take turns: a round decides for all of them); a failure
-        waits for the cycle's own round."""
-        self._claimed.add(ref)
+    def placing(self, applied: dict[str, dict[str, Any]]) -> None:
+        """What this cycle is about to write (``namespace/name`` -> ``status.applied`` as it will
+        be), told by the hand-over before the plans' Deployments: the gate rounds during the
+        writes decide against it, not against statuses written only after them."""
+        self._placing = applied
+
+    def release_meanwhile(self) -> None:
+        """While a gang plan writes its Deployments (from an apply thread; the cycle holds the
+        lock): lift the gates of the pods made so far, of every plan, each once all of it fits.
+        The plans this cycle writes are decided on the placements it gives them
+        (:meth:`placing`), the others on their statuses; every pod bound to a node holds its
+        cards in the ledger, Terminating ones too, so cards another plan gives up are taken only
+        once its leaving pods are gone. One such round at a time (plans written side by side
+        take turns: a round decides for all of them); a failure waits for the cycle's own round."""
         if not self._meanwhile.acquire(blocking=False):
             return
         try:
-            claimed = set(self._claimed)
-            plans = [p for r in sorted(claimed) if (p := self.cache.plan(*r.split("/", 1))) is not None]
-            plans = [p for p in plans if not p.deleting]
-            live = {p.ref for p in plans}
-            pods = [p for p in self.cache.gang_pods() if not is_gated(p) or _plan_ref(p) in live]
+            plans = [p for p in self._all() if self.serves(p)]  # as the cycle's own round
             slices, claims = self.cache.slices.items(), self.cache.claims.items()
-            self.service.gates.decide_and_release(self.cache.nodes.items(), pods, plans, slices, claims)
+            nodes = self.cache.nodes.items()
+            self.service.gates.decide_and_release(
+                nodes, self._gang_pods(), plans, slices, claims, placing=self._placing
+            )
         except Exception as e:  # the cycle's round after the writes decides again
             log.warning("lifting gates during the writes failed (%s); after them instead", e)
         finally:

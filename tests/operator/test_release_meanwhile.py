@@ -1,6 +1,7 @@
-"""A new gang plan of many Deployments claims its cards in status first, and its pods' gates are
-lifted while the rest of its Deployments are still being written (creation and scheduling
-overlap); never before the claim, never when another plan of the cycle gives cards up."""
+"""A gang plan's pods have their gates lifted while the rest of its Deployments are still being
+written (creation and scheduling overlap), against the placement the cycle is writing rather than
+a status written only after them; cards another plan gives up are taken only once its leaving
+pods are gone. Also: the order the statuses of a cycle are written in."""
 
 from __future__ import annotations
 
@@ -18,10 +19,9 @@ from gpuplan_operator.cycle import actions
 from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.writes import Step, Verb, Write
 
-from planner import Gang
-from tests.operator.builders import NODES, NOW, PLANS_NS, node, plan
+from tests.operator.builders import NODES, NOW, PLANS_NS, cluster, node, plan, pod
 from tests.operator.fake_kube import FakeKube
-from tests.operator.test_cycle import POD_NS, cycle_on
+from tests.operator.test_cycle import POD_NS, cycle_on, gang_pod
 
 GATE = "gpuplan.ragnaros.io/gang"
 
@@ -76,7 +76,6 @@ def positions(kube: FakeKube, fragment: str) -> list[int]:
 def test_a_new_plans_gates_are_lifted_while_its_deployments_are_still_written(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(actions, "CLAIM_FIRST", 2)
     monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
     kube = ReplicaSetKube(delay=0.05)
     for i in range(6):
@@ -93,54 +92,110 @@ def test_a_new_plans_gates_are_lifted_while_its_deployments_are_still_written(
     assert re.search(r"label_nodes \d+\+configmap 1\+deployments \d+", caplog.text), caplog.text
     deployments = positions(kube, "/deployments/")
     lifts = positions(kube, "/pods/")
-    (claim, *rest) = positions(kube, "/gpuallocationplans/g/status")
+    statuses = positions(kube, "/gpuallocationplans/g/status")
     assert len(deployments) >= 4
     assert lifts, "no gate lifted"
-    assert claim < deployments[0]  # status.applied is written before the first Deployment
-    assert claim < lifts[0]
     assert lifts[0] < deployments[-1]  # pods start while Deployments are still being written
-    assert rest and rest[0] > deployments[-1]  # the full status once every write landed
+    assert statuses and statuses[0] > deployments[-1]  # no status before every write landed
     pods = kube.items(POD_NS)
     assert pods and all(GATE not in str(p["spec"].get("schedulingGates")) for p in pods)
 
 
-def test_without_the_gang_gate_or_with_few_deployments_the_status_comes_after_the_writes(
+def test_without_the_gang_gate_the_labels_go_first_and_nothing_is_lifted_meanwhile(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
-    for gang, claim_first in (("none", 2), ("plan", 1000)):
-        monkeypatch.setattr(actions, "CLAIM_FIRST", claim_first)
-        kube = ReplicaSetKube(delay=0.02)
-        for i in range(6):
-            kube.put(NODES, node(f"p4-{i}"))
-        requests = {op: {"P4": 8} for op in ("face_feature_extract", "body_feature_extract")}
-        kube.put(PLANS_NS, plan("g", deploy=True, gang=gang, requests=requests))
-        cycle, cache = cycle_on(kube)
-        kube.cache = cache
-        with caplog.at_level(logging.INFO, logger="gpuplan_operator"):
-            cycle.run()
-        if gang == "none":  # pods not gated: a pod needs its node's label before it is created
-            assert re.search(r"label_nodes \d+\+priority_classes \d+ ", caplog.text), caplog.text
-        else:  # gated, without a claim: the labels still go with the Deployments
-            assert re.search(r"label_nodes \d+\+configmap 1\+deployments \d+", caplog.text), caplog.text
-        caplog.clear()
-        statuses = positions(kube, "/gpuallocationplans/g/status")
-        assert statuses and statuses[0] > positions(kube, "/deployments/")[-1], gang
+    kube = ReplicaSetKube(delay=0.02)
+    for i in range(6):
+        kube.put(NODES, node(f"p4-{i}"))
+    requests = {op: {"P4": 8} for op in ("face_feature_extract", "body_feature_extract")}
+    kube.put(PLANS_NS, plan("g", deploy=True, gang="none", requests=requests))
+    cycle, cache = cycle_on(kube)
+    kube.cache = cache
+    rounds: list[int] = []
+    monkeypatch.setattr(cycle, "release_meanwhile", lambda: rounds.append(1))
+    cycle.service.meanwhile = cycle.release_meanwhile
+    with caplog.at_level(logging.INFO, logger="gpuplan_operator"):
+        cycle.run()
+    # pods not gated: a pod needs its node's label before it is created
+    assert re.search(r"label_nodes \d+\+priority_classes \d+ ", caplog.text), caplog.text
+    assert not rounds
+    statuses = positions(kube, "/gpuallocationplans/g/status")
+    assert statuses and statuses[0] > positions(kube, "/deployments/")[-1]
 
 
-def prepared(deployments: int, delta: dict[tuple[str, str], int], gang: Gang = Gang.PLAN) -> Any:
-    writes = [Write(Step.DEPLOYMENTS, Verb.APPLY, "Deployment", f"d{i}", "ns") for i in range(deployments)]
-    return SimpleNamespace(spec=SimpleNamespace(deploy=True, gang=gang), writes=writes, delta=delta)
+def leaving(name: str, node_name: str) -> dict[str, Any]:
+    """A pod of another plan, bound to ``node_name`` and Terminating: it holds its 8 cards until
+    it is gone."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "resourceVersion": "7",
+            "deletionTimestamp": NOW,
+            "labels": {"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": "old"},
+        },
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
 
 
-def test_nobody_claims_first_when_a_plan_of_the_cycle_gives_cards_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(actions, "_delta", lambda p: p.delta)
-    big = prepared(actions.CLAIM_FIRST, {("n", "nvidia.com/gpu"): 8})
-    small = prepared(actions.CLAIM_FIRST - 1, {("m", "nvidia.com/gpu"): 8})
-    loose = prepared(actions.CLAIM_FIRST, {("k", "nvidia.com/gpu"): 8}, Gang.NONE)
-    assert actions.claims_first([big, small, loose]) == [big]
-    shrinking = prepared(1, {("n", "nvidia.com/gpu"): -4, ("m", "nvidia.com/gpu"): 4})
-    assert actions.claims_first([big, shrinking]) == []
+def test_a_round_during_the_writes_takes_given_up_cards_only_once_the_leaving_pods_are_gone() -> None:
+    """``g`` is being given both nodes by the cycle (its status says nothing yet); a pod of the
+    plan that gave p4-1 up is still Terminating there."""
+    kube = cluster(node("p4-0"), node("p4-1"))
+    kube.put(PLANS_NS, plan("g", deploy=True, requests={"face_feature_extract": {"P4": 16}}))
+    for i in range(2):
+        kube.put(POD_NS, gang_pod(f"g-{i}", f"p4-{i}", str(100 + i)))
+    kube.put(POD_NS, leaving("old-0", "p4-1"))
+    cycle, cache = cycle_on(kube)
+    units = {"p4-0": {"nvidia.com/gpu": 8}, "p4-1": {"nvidia.com/gpu": 8}}
+    cycle.placing({"ns/g": {"units": units}})
+
+    cycle.release_meanwhile()  # p4-1 still held: nothing of g starts
+    assert not [w for w in kube.writes if "/pods/" in w[1]]
+    assert "p4-1 needs 8 nvidia.com/gpu, 0 free" in (cycle.service.gates.waiting("ns", "g") or "")
+
+    del kube.objects[(POD_NS, "old-0")]
+    assert cache.pods.replace(kube.request("GET", "/api/v1/pods")["items"])  # what the watch would say
+    cycle.release_meanwhile()
+    lifted = sorted(w[1].rsplit("/", 1)[-1] for w in kube.writes if "/pods/" in w[1])
+    assert lifted == ["g-0", "g-1"]
+
+
+def test_a_round_during_the_writes_decides_on_the_placement_being_written_not_the_status() -> None:
+    """``g``'s status still places it on p4-0 alone; the cycle is moving its second instance
+    to p4-1. Read from the status, the pod pinned to p4-1 would be a card more than planned there
+    and p4-0's planned cards would wait for a pod that is not coming."""
+    kube = cluster(node("p4-0"), node("p4-1"), node("p4-2"))
+    old = plan("g", deploy=True, requests={"face_feature_extract": {"P4": 16}})
+    old["status"] = {"applied": {"units": {"p4-0": {"nvidia.com/gpu": 8}, "p4-2": {"nvidia.com/gpu": 8}}}}
+    kube.put(PLANS_NS, old)
+    kube.put(POD_NS, gang_pod("g-1", "p4-1", "101"))
+    kube.put(POD_NS, pod_of_g_on("p4-0"))
+    kube.put(POD_NS, pod("someone", "p4-2", 8))
+    cycle, _ = cycle_on(kube)
+
+    cycle.release_meanwhile()  # by the status: p4-2's cards (held by someone) are g's to wait for
+    assert not [w for w in kube.writes if "/pods/" in w[1]]
+    assert "p4-2 needs 8 nvidia.com/gpu, 0 free" in (cycle.service.gates.waiting("ns", "g") or "")
+
+    units = {"p4-0": {"nvidia.com/gpu": 8}, "p4-1": {"nvidia.com/gpu": 8}}
+    cycle.placing({"ns/g": {"units": units}})
+    cycle.release_meanwhile()
+    assert [w[1].rsplit("/", 1)[-1] for w in kube.writes if "/pods/" in w[1]] == ["g-1"]
+
+
+def pod_of_g_on(node_name: str) -> dict[str, Any]:
+    """A started pod of ``g`` (its instance set began: not gated), bound to ``node_name``."""
+    started = gang_pod("g-0", node_name, "100")
+    started["spec"] = {k: v for k, v in started["spec"].items() if k != "schedulingGates"}
+    started["spec"]["nodeName"] = node_name
+    started["status"] = {"phase": "Running"}
+    return started
 
 
 def test_meanwhile_runs_during_a_long_wave_and_never_after_the_last() -> None:
@@ -169,10 +224,7 @@ def _deployment(name: str) -> dict[str, Any]:
     }
 
 
-def test_a_round_during_the_writes_decides_for_every_plan_that_claimed_its_cards(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(actions, "CLAIM_FIRST", 1000)  # first applied as usual
+def test_a_round_during_the_writes_decides_for_every_plan() -> None:
     kube = ReplicaSetKube(delay=0.0)
     for i in range(12):
         kube.put(NODES, node(f"p4-{i}"))
@@ -197,8 +249,7 @@ def test_a_round_during_the_writes_decides_for_every_plan_that_claimed_its_cards
         cache.pods.assume(kube.put(POD_NS, pod))
     writes = len(kube.writes)
 
-    cycle._claimed = {"ns/g"}  # g claimed first; h's writer runs the round
-    cycle.release_meanwhile("ns/h")
+    cycle.release_meanwhile()  # one writer's round decides for both plans
 
     lifted = [path.rsplit("/", 1)[-1] for _, path in kube.writes[writes:] if "/pods/" in path]
     assert any(n.startswith("new-g-") for n in lifted) and any(n.startswith("new-h-") for n in lifted)
