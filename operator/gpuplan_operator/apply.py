@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextvars
 import time
+from collections import Counter
 from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from itertools import groupby
@@ -35,7 +36,7 @@ from typing import TypeVar
 from gpuplan_operator import cluster
 from gpuplan_operator.kube import JSON, KubeApi
 from gpuplan_operator.metrics import Metrics
-from gpuplan_operator.writes import Step, Verb, Write, remember_applied, wave
+from gpuplan_operator.writes import Step, Verb, Write, in_order, remember_applied, wave
 
 PARALLEL_WRITES = 8  # at most this many requests in flight (the connection pool's size)
 MEANWHILE_EVERY = 1.0  # seconds between the calls of ``meanwhile`` during a long wave
@@ -114,15 +115,14 @@ def perform(
             next_at = time.monotonic() + every
         return future.result()
 
-    ordered = sorted(writes, key=lambda w: (waves(w.step), w.step))
+    ordered = in_order(writes, waves)
     if not ordered:
         return []
     with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="gpuplan-write") as pool:
         for _, group in groupby(ordered, key=lambda w: waves(w.step)):
             batch = list(group)
-            name = "+".join(
-                f"{s.name.lower()} {len(list(ws))}" for s, ws in groupby(batch, key=lambda w: w.step)
-            )
+            steps = Counter(w.step for w in batch)
+            name = "+".join(f"{s.name.lower()} {n}" for s, n in sorted(steps.items()))
             started = time.perf_counter()
             futures = [(w, pool.submit(_send, kube, w)) for w in batch]
             failure: tuple[Write, Exception] | None = None

@@ -427,9 +427,10 @@ def patch_plan_status(kube: KubeApi, namespace: str, name: str, patch: Mapping[s
     )
 
 
-def release_gate(kube: KubeApi, pod: Mapping[str, Any], at: str) -> bool:
-    """Lift the gang gate of ``pod`` as it was read, and note when; False when it changed meanwhile
-    (409/422: the ``resourceVersion`` test failed) or is gone (404)."""
+def release_gate(kube: KubeApi, pod: Mapping[str, Any], at: str) -> JSON | None:
+    """Lift the gang gate of ``pod`` as it was read, and note when: the pod as the API server
+    returned it, or None when it changed meanwhile (409/422: the ``resourceVersion`` test failed)
+    or is gone (404)."""
     meta = pod.get("metadata") or {}
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     left = [g for g in gates if g.get("name") != GANG_GATE]
@@ -446,9 +447,8 @@ def release_gate(kube: KubeApi, pod: Mapping[str, Any], at: str) -> bool:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": {RELEASED_ANNOTATION: at}})
     path = path_for("v1", "pods", str(meta.get("name")), str(meta.get("namespace")))
     try:
-        kube.json_patch(path, ops, FIELD_MANAGER)
+        return kube.json_patch(path, ops, FIELD_MANAGER)
     except ApiException as e:
         if e.status in (404, 409, 422):
-            return False
+            return None
         raise
-    return True

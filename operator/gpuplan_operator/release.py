@@ -195,6 +195,9 @@ class GateKeeper:
         self._nodes: tuple[list[Mapping[str, Any]], NodeIndex] | None = None  # the last round's
         self._seen: dict[int, _Seen] = {}  # the last round's pods, by the identity of their objects
         self._units: dict[str, tuple[Mapping[str, Any], Placement]] = {}
+        # hears of each pod whose gate a round lifted, as the API server returned it (the cycle's
+        # pods cache: the next round, a second later, must not find it gated and patch it again)
+        self.on_lifted: Callable[[Mapping[str, Any]], None] | None = None
 
     def waiting(self, namespace: str, name: str) -> str | None:
         """Why the plan's gated pods wait, if the last round said so."""
@@ -257,8 +260,10 @@ class GateKeeper:
                         releases,
                     )
                 )
-            for (decision, r), ok in zip(releases, lifted, strict=True):
-                if ok:
+            for (decision, r), pod in zip(releases, lifted, strict=True):
+                if pod is not None:
+                    if self.on_lifted is not None:
+                        self.on_lifted(pod)
                     self.metrics.wrote(POD)
                     self.metrics.gang_released(r.code, r.waited)
                     still_gated -= 1

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
+from itertools import groupby
 from typing import Any
 
 from gpuplan_operator.body import PlanBody
@@ -75,6 +76,46 @@ def gated_wave(step: Step) -> int:
     a pod's node by it). PriorityClasses and claim templates still go first: a pod naming one
     that does not exist is refused at creation."""
     return _WAVES[Step.DEPLOYMENTS] if step is Step.LABEL_NODES else _WAVES[step]
+
+
+def in_order(writes: Iterable[Write], waves: Callable[[Step], int] = wave) -> list[Write]:
+    """``writes`` in the order they are sent: wave by wave (``waves``), step by step inside a
+    wave, except that a wave carrying both node labels and Deployments (:func:`gated_wave`) sends
+    each label just before the first Deployment whose pods select it: with a few writes in
+    flight at a time, a new plan's first pods then exist, labelled and ready for their gates, a
+    moment after its writes begin, not once its hundreds of labels have all gone out."""
+    ordered = sorted(writes, key=lambda w: (waves(w.step), w.step))
+    out: list[Write] = []
+    for _, group in groupby(ordered, key=lambda w: waves(w.step)):
+        batch = list(group)
+        labels = [w for w in batch if w.step is Step.LABEL_NODES]
+        if not labels or not any(w.step is Step.DEPLOYMENTS for w in batch):
+            out.extend(batch)
+            continue
+        by_value: dict[tuple[str, str], list[Write]] = {}
+        for w in labels:
+            for key, value in (w.labels or {}).items():
+                if value is not None:
+                    by_value.setdefault((key, value), []).append(w)
+        sent: set[int] = set()
+        rest = [w for w in batch if w.step is not Step.LABEL_NODES]
+        for w in rest:
+            if w.step is Step.DEPLOYMENTS:
+                for pair in _selects(w):
+                    for label in by_value.pop(pair, ()):
+                        if id(label) not in sent:
+                            sent.add(id(label))
+                            out.append(label)
+            out.append(w)
+        out.extend(w for w in labels if id(w) not in sent)  # selected by no Deployment
+    return out
+
+
+def _selects(write: Write) -> list[tuple[str, str]]:
+    """The node labels a Deployment's pods select (its template's ``nodeSelector``)."""
+    spec = ((((write.manifest or {}).get("spec") or {}).get("template") or {}).get("spec")) or {}
+    selector = spec.get("nodeSelector") or {}
+    return [(str(k), str(v)) for k, v in selector.items()] if isinstance(selector, Mapping) else []
 
 
 class Verb(StrEnum):

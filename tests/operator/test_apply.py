@@ -12,7 +12,7 @@ from gpuplan_operator.apply import perform
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cluster import as_applied, read_for_apply
 from gpuplan_operator.metrics import Metrics
-from gpuplan_operator.writes import Step, Verb, Write
+from gpuplan_operator.writes import Step, Verb, Write, gated_wave, in_order
 
 from planner import Desired
 from tests.operator.builders import node, plan
@@ -79,6 +79,43 @@ def test_a_moves_writes_go_in_four_waves_and_nothing_runs_ahead_of_what_it_needs
     assert max(cm[0], deploy[0]) < min(cm[1], deploy[1])  # the ConfigMap and the Deployment together
     assert max(cm[1], deploy[1]) <= unlabel[0]  # the old label goes once nothing new selects it
     assert list(took) == ["drop 1", "label_nodes 1", "configmap 1+deployments 1", "unlabel_nodes 1"]
+
+
+def pinned(name: str, value: str) -> Write:
+    """A Deployment whose pods select the nodes labelled ``value``."""
+    body = dict(manifest("Deployment", name))
+    body["spec"] = {"template": {"spec": {"nodeSelector": {KEY: value}}}}
+    return Write(Step.DEPLOYMENTS, Verb.CREATE, "Deployment", name, NS, body)
+
+
+def label(node_name: str, value: str | None) -> Write:
+    step = Step.LABEL_NODES if value is not None else Step.UNLABEL_NODES
+    return Write(step, Verb.LABEL, "Node", node_name, labels={KEY: value})
+
+
+def test_a_gated_wave_sends_each_label_just_before_the_first_deployment_selecting_it() -> None:
+    writes = [
+        label("n1", "a"), label("n2", "b"), label("n3", "b"), label("n4", "c"), label("gone", None),
+        pinned("d-b", "b"), pinned("d-a", "a"), pinned("d-a2", "a"),
+        Write(Step.PRIORITY_CLASSES, Verb.APPLY, "PriorityClass", "pc", None, manifest("PriorityClass", "pc")),
+    ]  # fmt: skip
+    names = [w.name for w in in_order(writes, gated_wave)]
+    # the class first (a pod naming it is refused without it); a label no Deployment selects
+    # (n4) after them; removals last, in their own wave
+    assert names == ["pc", "n2", "n3", "d-b", "n1", "d-a", "d-a2", "n4", "gone"]
+    # without the gated wave the labels keep a wave of their own, before every Deployment
+    plain = [w.name for w in in_order(writes)]
+    assert plain[:5] == ["n1", "n2", "n3", "n4", "pc"] and plain[-1] == "gone"
+
+
+def test_the_log_names_a_waves_steps_once_however_its_writes_interleave() -> None:
+    kube = SlowKube(delay=0.0)
+    for n in ("n1", "n2"):
+        kube.put("api/v1/nodes", node(n))
+    writes = [label("n1", "a"), label("n2", "b"), pinned("d-a", "a"), pinned("d-b", "b")]
+    took: dict[str, float] = {}
+    perform(kube, writes, Metrics(), took=took, waves=gated_wave)
+    assert list(took) == ["label_nodes 2+deployments 2"]
 
 
 def test_an_applys_reads_go_out_together() -> None:

@@ -113,6 +113,7 @@ class Cycle:
         service.on_status = cache.assume_plan
         service.on_written = cache.assume_written
         service.meanwhile = self.release_meanwhile
+        service.gates.on_lifted = cache.pods.assume
         self._meanwhile = threading.Lock()
         # namespace/name -> status.applied as this cycle is writing it (:meth:`placing`)
         self._placing: dict[str, dict[str, Any]] = {}
