@@ -39,7 +39,7 @@ from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.writes import Step, Verb, Write, in_order, remember_applied, wave
 
 PARALLEL_WRITES = 8  # at most this many requests in flight (the connection pool's size)
-MEANWHILE_EVERY = 1.0  # seconds between the calls of ``meanwhile`` during a long wave
+MEANWHILE_EVERY = 0.2  # seconds between the calls of ``meanwhile`` during a long wave
 
 A = TypeVar("A")
 R = TypeVar("R")

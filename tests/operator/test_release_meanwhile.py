@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from gpuplan_operator import apply
 from gpuplan_operator.cache.caches import ClusterCache
-from gpuplan_operator.cycle import actions
+from gpuplan_operator.cycle import actions, session
 from gpuplan_operator.metrics import Metrics
 from gpuplan_operator.writes import Step, Verb, Write
 
@@ -24,6 +24,13 @@ from tests.operator.fake_kube import FakeKube
 from tests.operator.test_cycle import POD_NS, cycle_on, gang_pod
 
 GATE = "gpuplan.ragnaros.io/gang"
+
+
+@pytest.fixture(autouse=True)
+def every_call_a_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each ``release_meanwhile`` runs a round (the pacing has a test of its own)."""
+    monkeypatch.setattr(session, "ROUND_EVERY", 0.0)
+    monkeypatch.setattr(session, "ROUND_SOON", 0.0)
 
 
 class ReplicaSetKube(FakeKube):
@@ -164,6 +171,40 @@ def test_a_round_during_the_writes_takes_given_up_cards_only_once_the_leaving_po
     cycle.release_meanwhile()
     lifted = sorted(w[1].rsplit("/", 1)[-1] for w in kube.writes if "/pods/" in w[1])
     assert lifted == ["g-0", "g-1"]
+
+
+def test_a_round_comes_soon_after_a_pod_goes_while_a_plan_waits_for_cards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rounds during the writes come a second apart, except when the last one left a plan waiting
+    for cards and a pod has gone since: then at once (the hand-over's leaving pod is gone)."""
+    monkeypatch.setattr(session, "ROUND_EVERY", 3600.0)
+    kube = cluster(node("p4-0"), node("p4-1"))
+    kube.put(PLANS_NS, plan("g", deploy=True, requests={"face_feature_extract": {"P4": 16}}))
+    for i in range(2):
+        kube.put(POD_NS, gang_pod(f"g-{i}", f"p4-{i}", str(100 + i)))
+    kube.put(POD_NS, leaving("old-0", "p4-1"))
+    cycle, cache = cycle_on(kube)
+    cycle.placing({"ns/g": {"units": {"p4-0": {"nvidia.com/gpu": 8}, "p4-1": {"nvidia.com/gpu": 8}}}})
+    rounds: list[int] = []
+    decide = cycle.service.gates.decide_and_release
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        rounds.append(1)
+        return decide(*args, **kw)
+
+    monkeypatch.setattr(cycle.service.gates, "decide_and_release", counted)
+    cycle.release_meanwhile()  # the first round: g waits for p4-1
+    cycle.release_meanwhile()  # nothing gone since: no round before ROUND_EVERY
+    assert len(rounds) == 1
+
+    del kube.objects[(POD_NS, "old-0")]
+    assert cache.pods.replace(kube.request("GET", "/api/v1/pods")["items"])
+    cycle.release_meanwhile()
+    assert len(rounds) == 2
+    assert sorted(w[1].rsplit("/", 1)[-1] for w in kube.writes if "/pods/" in w[1]) == ["g-0", "g-1"]
+    cycle.release_meanwhile()  # g started, nobody waits: the next round a ROUND_EVERY later
+    assert len(rounds) == 2
 
 
 def test_a_round_during_the_writes_decides_on_the_placement_being_written_not_the_status() -> None:

@@ -68,6 +68,7 @@ class Store:
         self._lock = threading.Lock()
         self.version = 0  # every change
         self.changes = 0  # changes that matter to planning
+        self.removed = 0  # objects gone from the store, ever (a pod gone frees what it held)
         self.synced = False  # a first listing has landed
         self.served = True  # False when the cluster does not serve this kind
 
@@ -146,6 +147,7 @@ class Store:
             matters = self._put(key, None if gone else self._trim(raw))
             self.version += 1
             self.changes += int(matters)
+            self.removed += int(gone)
             return matters
 
     def assume(self, raw: Mapping[str, Any]) -> None:
@@ -159,6 +161,7 @@ class Store:
             if key in self._objects:
                 self._put(key, None)
                 self.version += 1
+                self.removed += 1
 
     def replace(self, objects: Iterable[Mapping[str, Any]]) -> bool:
         """A whole listing; True when it differs from what the store held in a way that matters."""
@@ -170,6 +173,7 @@ class Store:
             matters = False
             for key in set(self._objects) - set(fresh):
                 matters |= self._put(key, None)
+                self.removed += 1
             for key, obj in fresh.items():
                 matters |= self._put(key, obj)
             self.version += 1

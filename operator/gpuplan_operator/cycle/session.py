@@ -30,6 +30,7 @@ says when the next grace runs out, and the loop runs a cycle then.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,9 @@ from gpuplan_operator.watch import down_since, is_down, planning_view, utcnow
 from planner import InvalidInput
 
 log = logging.getLogger("gpuplan_operator")
+
+ROUND_EVERY = 1.0  # seconds between gate rounds during a cycle's writes, while pods are being made
+ROUND_SOON = 0.2  # ... and after a round that left a plan waiting, once a pod has gone since
 
 
 _TRIGGERS = {
@@ -117,6 +121,11 @@ class Cycle:
         self._meanwhile = threading.Lock()
         # namespace/name -> status.applied as this cycle is writing it (:meth:`placing`)
         self._placing: dict[str, dict[str, Any]] = {}
+        # the last round during the writes: when it ended, how many pods had gone from the
+        # cache before it, and whether it left a plan waiting for cards (:meth:`_round_due`)
+        self._round_at = -math.inf
+        self._round_gone = 0
+        self._round_waiting = False
 
     def _cluster_inputs(self, read: ClusterRead, report: Report) -> tuple[Any, ...]:
         """The snapshot's counters of changes that matter, which nodes are down past the grace, and
@@ -367,16 +376,36 @@ class Cycle:
         if not self._meanwhile.acquire(blocking=False):
             return
         try:
+            gone = self.cache.pods.removed
+            if self._round_due(gone):
+                self._round(gone)
+        finally:
+            self._meanwhile.release()
+
+    def _round(self, gone: int) -> None:
+        try:
             plans = [p for p in self._all() if self.serves(p)]  # as the cycle's own round
             slices, claims = self.cache.slices.items(), self.cache.claims.items()
             nodes = self.cache.nodes.items()
-            self.service.gates.decide_and_release(
+            decisions = self.service.gates.decide_and_release(
                 nodes, self._gang_pods(), plans, slices, claims, placing=self._placing
             )
+            self._round_gone = gone
+            self._round_waiting = any(d.code is GangCode.WAITING for d in decisions)
         except Exception as e:  # the cycle's round after the writes decides again
             log.warning("lifting gates during the writes failed (%s); after them instead", e)
         finally:
-            self._meanwhile.release()
+            self._round_at = time.monotonic()
+
+    def _round_due(self, gone: int) -> bool:
+        """Is a round during the writes due? Every :data:`ROUND_EVERY` seconds while pods are being
+        made; and :data:`ROUND_SOON` after the last one when it left a plan waiting for cards and a
+        pod has gone from the cache since (a leaving instance of a hand-over: the cards it held
+        are free now, and the plan waiting for them starts at once, not up to a second later)."""
+        since = time.monotonic() - self._round_at
+        if since >= ROUND_EVERY:
+            return True
+        return self._round_waiting and gone != self._round_gone and since >= ROUND_SOON
 
     def _readiness(self, plans: Mapping[str, PlanBody], planned: set[str], report: Report) -> int:
         """Re-check ``Ready`` of applied plans whose pods changed, or that were not Ready (a plan
