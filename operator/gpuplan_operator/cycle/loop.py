@@ -34,6 +34,7 @@ from collections.abc import Callable
 from gpuplan_operator.cache.caches import PLANNING_KINDS, QUIET_KINDS
 from gpuplan_operator.cycle.session import Cycle
 from gpuplan_operator.follow import backoff
+from gpuplan_operator.heap import Heap
 
 log = logging.getLogger("gpuplan_operator")
 
@@ -116,10 +117,15 @@ class Wake:
             await self.event.wait()
 
 
-async def run_cycles(cycle: Cycle, wake: Wake, acting: Callable[[], bool], resync: float) -> None:
-    """Run cycles for as long as the operator runs (a task started at start-up)."""
+async def run_cycles(
+    cycle: Cycle, wake: Wake, acting: Callable[[], bool], resync: float, heap: Heap | None = None
+) -> None:
+    """Run cycles for as long as the operator runs (a task started at start-up). ``heap``: the
+    garbage collector kept out of the cycles' way (:mod:`gpuplan_operator.heap`)."""
+    heap = heap or Heap()
     while not cycle.cache.synced():
         await asyncio.sleep(0.1)
+    heap.after_cycle()  # the caches' first listings
     failures = 0
     timeout: float | None = 0.0
     while True:
@@ -134,6 +140,8 @@ async def run_cycles(cycle: Cycle, wake: Wake, acting: Callable[[], bool], resyn
             timeout = backoff(failures)
             log.warning("cycle failed (%r); again in %.1fs", e, timeout)
             continue
+        finally:
+            heap.after_cycle()
         failures = 0
         cycle.service.metrics.caches(cycle.cache.sizes())
         if report.moved:
