@@ -80,17 +80,23 @@ def positions(kube: FakeKube, fragment: str) -> list[int]:
     return [i for i, (_, path) in enumerate(kube.writes) if fragment in path]
 
 
+def on_six_nodes(delay: float, operators: tuple[str, ...], **spec: Any) -> tuple[ReplicaSetKube, Any]:
+    """Plan ``g`` (8 cards per operator, deployed) on six P4 nodes behind a :class:`ReplicaSetKube`
+    writing one Deployment every ``delay`` seconds, and the cycle that will apply it."""
+    kube = ReplicaSetKube(delay=delay)
+    for i in range(6):
+        kube.put(NODES, node(f"p4-{i}"))
+    kube.put(PLANS_NS, plan("g", deploy=True, requests={op: {"P4": 8} for op in operators}, **spec))
+    cycle, cache = cycle_on(kube)
+    kube.cache = cache
+    return kube, cycle
+
+
 def test_a_new_plans_gates_are_lifted_while_its_deployments_are_still_written(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
-    kube = ReplicaSetKube(delay=0.05)
-    for i in range(6):
-        kube.put(NODES, node(f"p4-{i}"))
-    requests = {op: {"P4": 8} for op in ("face_feature_extract", "body_feature_extract", "face_1vn")}
-    kube.put(PLANS_NS, plan("g", deploy=True, requests=requests))
-    cycle, cache = cycle_on(kube)
-    kube.cache = cache
+    kube, cycle = on_six_nodes(0.05, ("face_feature_extract", "body_feature_extract", "face_1vn"))
 
     with caplog.at_level(logging.INFO, logger="gpuplan_operator"):
         cycle.run()
@@ -112,13 +118,7 @@ def test_without_the_gang_gate_the_labels_go_first_and_nothing_is_lifted_meanwhi
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
-    kube = ReplicaSetKube(delay=0.02)
-    for i in range(6):
-        kube.put(NODES, node(f"p4-{i}"))
-    requests = {op: {"P4": 8} for op in ("face_feature_extract", "body_feature_extract")}
-    kube.put(PLANS_NS, plan("g", deploy=True, gang="none", requests=requests))
-    cycle, cache = cycle_on(kube)
-    kube.cache = cache
+    kube, cycle = on_six_nodes(0.02, ("face_feature_extract", "body_feature_extract"), gang="none")
     rounds: list[int] = []
     monkeypatch.setattr(cycle, "release_meanwhile", lambda: rounds.append(1))
     cycle.service.meanwhile = cycle.release_meanwhile
