@@ -150,17 +150,21 @@ def leaving(name: str, node_name: str) -> dict[str, Any]:
     }
 
 
-def test_a_round_during_the_writes_takes_given_up_cards_only_once_the_leaving_pods_are_gone() -> None:
-    """``g`` is being given both nodes by the cycle (its status says nothing yet); a pod of the
-    plan that gave p4-1 up is still Terminating there."""
+def waiting_for_a_leaving_pod() -> tuple[FakeKube, Any, ClusterCache]:
+    """``g`` is being given both nodes by the cycle (its status says nothing yet), its two pods
+    gated; a pod of the plan that gave p4-1 up is still Terminating there."""
     kube = cluster(node("p4-0"), node("p4-1"))
     kube.put(PLANS_NS, plan("g", deploy=True, requests={"face_feature_extract": {"P4": 16}}))
     for i in range(2):
         kube.put(POD_NS, gang_pod(f"g-{i}", f"p4-{i}", str(100 + i)))
     kube.put(POD_NS, leaving("old-0", "p4-1"))
     cycle, cache = cycle_on(kube)
-    units = {"p4-0": {"nvidia.com/gpu": 8}, "p4-1": {"nvidia.com/gpu": 8}}
-    cycle.placing({"ns/g": {"units": units}})
+    cycle.placing({"ns/g": {"units": {"p4-0": {"nvidia.com/gpu": 8}, "p4-1": {"nvidia.com/gpu": 8}}}})
+    return kube, cycle, cache
+
+
+def test_a_round_during_the_writes_takes_given_up_cards_only_once_the_leaving_pods_are_gone() -> None:
+    kube, cycle, cache = waiting_for_a_leaving_pod()
 
     cycle.release_meanwhile()  # p4-1 still held: nothing of g starts
     assert not [w for w in kube.writes if "/pods/" in w[1]]
@@ -179,13 +183,7 @@ def test_a_round_comes_soon_after_a_pod_goes_while_a_plan_waits_for_cards(
     """Rounds during the writes come a second apart, except when the last one left a plan waiting
     for cards and a pod has gone since: then at once (the hand-over's leaving pod is gone)."""
     monkeypatch.setattr(session, "ROUND_EVERY", 3600.0)
-    kube = cluster(node("p4-0"), node("p4-1"))
-    kube.put(PLANS_NS, plan("g", deploy=True, requests={"face_feature_extract": {"P4": 16}}))
-    for i in range(2):
-        kube.put(POD_NS, gang_pod(f"g-{i}", f"p4-{i}", str(100 + i)))
-    kube.put(POD_NS, leaving("old-0", "p4-1"))
-    cycle, cache = cycle_on(kube)
-    cycle.placing({"ns/g": {"units": {"p4-0": {"nvidia.com/gpu": 8}, "p4-1": {"nvidia.com/gpu": 8}}}})
+    kube, cycle, cache = waiting_for_a_leaving_pod()
     rounds: list[int] = []
     decide = cycle.service.gates.decide_and_release
 
