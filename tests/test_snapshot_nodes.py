@@ -111,6 +111,16 @@ def test_a_bad_quantity_names_its_node_even_when_the_string_was_seen() -> None:
     assert e.value.field == "nodes.items[1].metadata"
 
 
+def test_a_node_listed_twice_is_refused_naming_both_items() -> None:
+    """Two items of one name (lists joined by hand) are one node: planning on both would count
+    its cards twice (and the placement's index of free cards would not hold)."""
+    doc = {"kind": "List", "items": [node(n, {}, {"nvidia.com/gpu": "8"}) for n in ("a", "b", "a")]}
+    with pytest.raises(InvalidInput) as e:
+        parse_nodes(doc)
+    assert e.value.field == "nodes.items[2].metadata.name"
+    assert "'a' is also items[0]" in str(e.value)
+
+
 @dataclass(frozen=True)
 class Frozen:
     x: int

@@ -390,6 +390,7 @@ def parse_nodes(doc: Any) -> list[Node]:
     out: list[Node] = []
     quantities: dict[tuple[str, str], int] = {}
     seen: dict[tuple[tuple[Any, Any], ...], tuple[tuple[str, int], ...]] = {}
+    names: dict[str, int] = {}  # name -> its item's index
     empty: dict[str, Any] = {}
     for i, item in enumerate(items(doc, "nodes", "Node")):
         if item.get("kind", "Node") != "Node":
@@ -401,6 +402,8 @@ def parse_nodes(doc: Any) -> list[Node]:
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             raise InvalidInput(f"nodes.items[{i}].metadata.name", "is required")
+        if names.setdefault(name, i) != i:  # two nodes of one name would share its free cards
+            raise InvalidInput(f"nodes.items[{i}].metadata.name", f"{name!r} is also items[{names[name]}]")
         spec = item.get("spec") or empty
         if type(spec) is not dict:
             spec = _mapping(spec, i, "spec")
