@@ -313,3 +313,29 @@ def test_with_dra_each_detached_link_pod_claims_a_card_of_its_own() -> None:
     (key,) = [f for f in entries if f not in links]
     claimed = [d for f in entries for d in f.entry["devices"]]
     assert len(key.entry["devices"]) == 6 and sorted(claimed) == sorted(set(claimed)) and len(claimed) == 8
+
+
+@pytest.mark.parametrize(
+    ("zones_a", "zones_b", "cpu_a", "cpu_b"),
+    [
+        pytest.param([(4, 4), (4, 0)], [(4, 0), (4, 4)], 15, 15, id="the same instance in the other zone"),
+        pytest.param([(4, 4), (4, 4)], [(4, 4), (4, 4)], 15, None, id="the same zone, other CPUs"),
+    ],
+)
+def test_a_render_like_the_last_one_renders_again_what_moved_zone_or_cpus(
+    zones_a: list[tuple[int, int]], zones_b: list[tuple[int, int]], cpu_a: int | None, cpu_b: int | None
+) -> None:
+    """An instance on the same node that counted on another NUMA zone, or gets other CPUs, is a
+    new entry: a render given the last one (same spec) renders it as a fresh render does."""
+    doc = plan_doc(
+        {"face_1vn": {"resourceNum": {"P4": 3}, "machineNum": {"P4": 1}}},
+        resources=P4_ONLY,
+        operators=[op("face_1vn", "machine", "numaShare", topology="required")],
+    )
+    spec = parse_plan(doc)
+    nodes = node_list([("n0", "P4", 8)])
+    a = plan(spec, snapshot(nodes, topology_doc=nrt_list(nrt("n0", zones_a, cpu=cpu_a))))
+    b = plan(spec, snapshot(nodes, topology_doc=nrt_list(nrt("n0", zones_b, cpu=cpu_b))))
+    first, fresh = render_desired(spec, a), render_desired(spec, b)
+    assert first.configmaps != fresh.configmaps  # the two differ, in zone or CPUs
+    assert render_desired(spec, b, like=first) == fresh

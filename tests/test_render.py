@@ -6,6 +6,9 @@ The test only compares; ``make golden`` rewrites them (review the diff before co
 
 from __future__ import annotations
 
+import copy
+import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +225,88 @@ def test_results_with_one_render_key_render_the_same_objects_and_a_move_changes_
     assert render_desired(spec, moved) != render_desired(spec, before)
     for case in GOLDEN_CASES:
         assert render_key(*load(case)) is not None
+
+
+def _cordoned(spec: Any, nodes: Any, before: Any, off: str, **snap: Any) -> Any:
+    """``spec`` re-planned from ``before`` with node ``off`` gone (a cordon)."""
+    left = dict(nodes, items=[n for n in nodes["items"] if n["metadata"]["name"] != off])
+    return plan(spec, snapshot(left, None, **snap), previous=previous_placements(before.allocations))
+
+
+@pytest.mark.parametrize("case", GOLDEN_CASES)
+def test_a_render_like_the_last_one_equals_a_fresh_one_and_keeps_the_unmoved_entries(case: str) -> None:
+    """After each possible cordon, a render given the last one (same spec) is the fresh render,
+    and every Deployment it did not move is the very object rendered before (nothing rendered
+    again); a moved one is new."""
+    doc = yaml.safe_load((DATA / case / "plan.yaml").read_text())
+    spec = parse_plan(doc | {"spec": doc["spec"] | {"deploy": True}})
+    nodes = yaml.safe_load((DATA / case / "nodes.yaml").read_text())
+    before = plan(spec, snapshot(nodes, None))
+    first = render_desired(spec, before)
+    assert first.deployments and len(first.kept) == len(first.deployments)
+    used = sorted({n for a in before.allocations for n, _ in a.nodes})
+    moves = 0
+    for off in used:
+        after = _cordoned(spec, nodes, before, off)
+        if not after.feasible:
+            continue
+        fresh, like = render_desired(spec, after), render_desired(spec, after, like=first)
+        assert like == fresh
+        old = {d["metadata"]["name"]: d for d in first.deployments}
+        for dep in like.deployments:
+            same = old.get(dep["metadata"]["name"])
+            assert (dep is same) == (same is not None and same == dep), dep["metadata"]["name"]
+        moves += sum(dep is not old.get(dep["metadata"]["name"]) for dep in like.deployments)
+    assert moves  # some cordon moved an instance
+
+
+def test_entries_with_devices_are_never_taken_from_the_last_render() -> None:
+    """A DRA entry's claim template reads its devices' attributes, which a result does not
+    carry: rendered afresh every time, equal all the same."""
+    from tests.test_topology import gpu_nodes, operator, slices
+
+    doc = plan_doc({"face_1vn": {"P4": 4}}, operators=[operator("face_1vn", "machine")],
+                   resources=[{"name": "P4"}], deploy=True)  # fmt: skip
+    spec = parse_plan(doc)
+    snap = snapshot(gpu_nodes(["n0", "n1"]), slices_doc=slices({"n0": [4, 4], "n1": [4, 4]}))
+    result = plan(spec, snap)
+    first = render_desired(spec, result)
+    again = render_desired(spec, result, like=first)
+    assert first.claim_templates and not first.kept
+    assert again == first
+    assert all(a is not b for a, b in zip(again.deployments, first.deployments, strict=True))
+
+
+def _results(case: str) -> tuple[Any, list[Any]]:
+    """A golden case's spec planned on many clusters (its nodes and up to as many copies, 4 to 8
+    cards each: other nodes, other splits, other links): the feasible results."""
+    doc = yaml.safe_load((DATA / case / "plan.yaml").read_text())
+    spec = parse_plan(doc | {"spec": doc["spec"] | {"deploy": True}})
+    nodes = yaml.safe_load((DATA / case / "nodes.yaml").read_text())
+    results = []
+    for copies, cards in itertools.product((0, 3, len(nodes["items"])), ("4", "5", "6", "7", "8")):
+        items = [copy.deepcopy(n) for n in nodes["items"] + nodes["items"][:copies]]
+        for i, node in enumerate(items):
+            node["metadata"]["name"] += f"-{i}"
+            node["status"]["allocatable"]["nvidia.com/gpu"] = cards
+        result = plan(spec, snapshot(dict(nodes, items=items), None))
+        if result.feasible:
+            results.append(result)
+    return spec, results
+
+
+@pytest.mark.parametrize("case", GOLDEN_CASES)
+def test_a_render_like_any_other_of_the_same_spec_equals_a_fresh_one(case: str) -> None:
+    """Each result rendered given every other's render is its fresh render, whatever they share;
+    and across all of them, entries of one key are rendered alike (the key holds all they are
+    rendered from besides the spec)."""
+    spec, results = _results(case)
+    assert len(results) > 10
+    renders = [render_desired(spec, r) for r in results]
+    for result, fresh in zip(results, renders, strict=True):
+        for other in renders:
+            assert render_desired(spec, result, like=other) == fresh
+    by_key: dict[Any, str] = {}
+    for kept in (k for r in renders for k in r.kept.values()):
+        text = json.dumps([kept.flamewaker.entry, kept.deployment], sort_keys=True)
+        assert by_key.setdefault(kept.key, text) == text, kept.key

@@ -64,7 +64,7 @@ from planner.model.devices import Device
 from planner.model.options import TypeProblem
 from planner.model.result import PlanResult, zones_text
 from planner.model.spec import Gang, OperatorSpec, PlanSpec, ResourceKind, ResourceType
-from planner.node.pods import layout, pod_cpu
+from planner.node.pods import PodGroup, layout, pod_cpu
 
 
 def _camel(service: str) -> str:
@@ -158,8 +158,37 @@ def _entry(
 
 def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
     """The flamewaker entries of a feasible plan, in allocation then node order (:func:`layout`)."""
+    return [k.flamewaker for k in _render_entries(spec, result, {})]
+
+
+EntryKey = tuple[Any, ...]  # what an entry is rendered from, besides the spec (:func:`_entry_key`)
+
+
+@dataclass
+class Kept:
+    """One rendered entry, kept for the next render of the same spec (:func:`render_desired`'s
+    ``like``): its key, the entry, and once made, its values.yaml text and its Deployment."""
+
+    key: EntryKey | None  # None: not kept (its claim depends on the devices' attributes)
+    flamewaker: Flamewaker
+    text: str | None = None
+    deployment: dict[str, Any] | None = None
+
+
+def _entry_key(g: PodGroup, selector: Mapping[str, str], cpu: int | None) -> EntryKey | None:
+    """Everything of a pod group an entry is rendered from, the spec aside; None for an entry
+    with devices (its claim template reads the devices' attributes, which the key does not hold)."""
+    if g.devices:
+        return None
+    return (g.alloc.operator, g.alloc.resource, g.node, g.services, g.pods, g.units, g.link,
+            g.instance, g.part, g.zones, tuple(selector.items()), cpu)  # fmt: skip
+
+
+def _render_entries(spec: PlanSpec, result: PlanResult, like: Mapping[EntryKey, Kept]) -> list[Kept]:
+    """Every entry, in :func:`layout` order; an entry of ``like`` (rendered from the same spec)
+    with the same key is taken as it was, not rendered again."""
     problems = {p.resource.name: p for p in result.problems}
-    out: list[Flamewaker] = []
+    out: list[Kept] = []
     any_node = {p.resource.name for p in result.problems if p.any_node}
     for g in layout(spec, result.allocations):
         resource, alloc, node = g.resource, g.alloc, g.node
@@ -167,6 +196,11 @@ def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
         selector = {} if resource.name in any_node else dict(resource.node_selector)
         problem = problems.get(alloc.resource)
         cpu = pod_cpu(problem, g) if problem is not None else None
+        key = _entry_key(g, selector, cpu)
+        kept = like.get(key) if key is not None else None
+        if kept is not None:
+            out.append(kept)
+            continue
         parts = (g.services[0], "link") if g.link else (g.op.key_service,)
         index: tuple[str, ...] = () if g.instance is None else (str(g.instance),)
         if g.part is not None:
@@ -174,11 +208,11 @@ def render_flamewakers(spec: PlanSpec, result: PlanResult) -> list[Flamewaker]:
         name = dns_name(spec.name, *parts, alloc.resource, node, *index)
         entry = _entry(spec, g.op, resource, selector, node, name, g.services, g.pods, g.units, cpu)
         if g.instance is not None and problem is not None:  # GPUs chosen one by one: a claim each
-            out.append(_claimed(spec, problem, entry, node, g.devices, resource))
+            out.append(Kept(key, _claimed(spec, problem, entry, node, g.devices, resource)))
             continue
         if g.zones:  # the NUMA zone each instance counted on (the kubelet picks the NUMA node)
             entry["zones"] = [zones_text(z) for z in g.zones]
-        out.append(Flamewaker(entry, node, g.pods, g.units, resource))
+        out.append(Kept(key, Flamewaker(entry, node, g.pods, g.units, resource)))
     return out
 
 
@@ -304,16 +338,22 @@ _TEXTS: dict[str, str] = {}  # an entry (as JSON, key order kept) -> its values.
 _TEXTS_KEPT = 50_000  # entries remembered: a re-plan moves a few, the rest dump from memory
 
 
-def _entry_texts(flamewakers: Sequence[Flamewaker]) -> list[str]:
+def _entry_texts(kept: Sequence[Kept]) -> list[str]:
     """Each entry's values.yaml text. A re-plan of a 2,500-instance plan changes a handful of
-    entries; dumping only those keeps a node cordon's re-plan from re-dumping them all."""
-    keys = [json.dumps(f.entry, ensure_ascii=False) for f in flamewakers]
-    missing = {k: f for k, f in zip(keys, flamewakers, strict=True) if k not in _TEXTS}
+    entries; dumping only those keeps a node cordon's re-plan from re-dumping them all. An entry
+    kept from the last render has its text already; any other is looked up by its JSON among
+    the texts dumped lately (a render of a changed spec, of a plan rendered before, finds most)."""
+    new = [k for k in kept if k.text is None]
+    keys = [json.dumps(k.flamewaker.entry, ensure_ascii=False) for k in new]
+    missing = {key: k for key, k in zip(keys, new, strict=True) if key not in _TEXTS}
     if missing:
         if len(_TEXTS) + len(missing) > _TEXTS_KEPT:
             _TEXTS.clear()
-        _TEXTS.update(zip(missing, _split_entries(list(missing.values())), strict=True))
-    return [_TEXTS[k] for k in keys]
+        dumped = _split_entries([k.flamewaker for k in missing.values()])
+        _TEXTS.update(zip(missing, dumped, strict=True))
+    for key, k in zip(keys, new, strict=True):
+        k.text = _TEXTS[key]
+    return [k.text or "" for k in kept]
 
 
 def values_yaml(spec: PlanSpec, result: PlanResult) -> str:
@@ -363,7 +403,7 @@ def render_priority_classes(
 CONFIGMAP_BYTES = 900 * 1024  # a ConfigMap holds at most 1 MiB; leave room for its metadata
 
 
-def _configmaps(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict[str, Any]]:
+def _configmaps(spec: PlanSpec, kept: Sequence[Kept]) -> list[dict[str, Any]]:
     """The flamewakers ConfigMap; past ~900 KiB of values.yaml, parts ``<plan>-flamewakers-2``, ...
 
     A plan of a few hundred entries fits one ConfigMap. A datacenter plan (thousands of entries)
@@ -372,7 +412,7 @@ def _configmaps(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict[
     """
     chunks: list[list[str]] = [[]]
     size = len(_HEAD)
-    for text in _entry_texts(flamewakers):
+    for text in _entry_texts(kept):
         entry = len(text.encode())
         if chunks[-1] and size + entry > CONFIGMAP_BYTES:
             chunks.append([])
@@ -404,52 +444,56 @@ def _configmaps(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict[
 CONTAINER_KEYS = ("command", "args", "env", "ports", "readinessProbe", "workingDir")
 
 
-def _deployments(spec: PlanSpec, flamewakers: Sequence[Flamewaker]) -> list[dict[str, Any]]:
-    out = []
-    for fw in flamewakers:
-        entry = fw.entry
-        pod = entry.get("podAttributes", {})
-        attributes = entry.get("containerAttributes", {})
-        container: dict[str, Any] = {
-            "name": "flamewaker",
-            "image": entry.get("image", spec.image),
-            "resources": copy.deepcopy(attributes.get("resources", {})),
-        }
-        # what the template says the container runs (the Ragnaros chart's own container keys)
-        for key in CONTAINER_KEYS:
-            if key in attributes:
-                container[key] = copy.deepcopy(attributes[key])
-        selector = {PLAN_LABEL: fit(spec.name, 63), FLAMEWAKER_LABEL: entry["name"]}
-        pod_spec: dict[str, Any] = {
-            "containers": [container],
-            "nodeSelector": pod.get("nodeSelector", {}),
-        }
-        for key in ("priorityClassName", "tolerations", "resourceClaims", "schedulingGates"):
-            if key in pod:
-                pod_spec[key] = pod[key]
-        out.append(
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {
-                    "name": entry["name"],
-                    "namespace": spec.namespace,
-                    "labels": plan_labels(spec.name),
-                },
-                "spec": {
-                    "replicas": int(entry.get("instanceNumber", 1)) * int(entry.get("replica", 1)),
-                    # replace, never roll: a resized instance on a full node cannot surge beside
-                    # its old pod, and a smaller one cannot preempt it
-                    "strategy": {"type": "Recreate"},
-                    "selector": {"matchLabels": selector},
-                    "template": {
-                        "metadata": {"labels": selector | MANAGED_BY},
-                        "spec": pod_spec,
-                    },
-                },
-            }
-        )
-    return out
+def _deployments(spec: PlanSpec, kept: Sequence[Kept]) -> list[dict[str, Any]]:
+    """Each entry's Deployment: made for those that have none yet (kept entries of the same spec
+    made theirs before)."""
+    for k in kept:
+        if k.deployment is None:
+            k.deployment = _deployment(spec, k.flamewaker.entry)
+    return [k.deployment for k in kept if k.deployment is not None]
+
+
+def _deployment(spec: PlanSpec, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One entry's Deployment: its pods as the entry describes them, pinned the same way."""
+    pod = entry.get("podAttributes", {})
+    attributes = entry.get("containerAttributes", {})
+    container: dict[str, Any] = {
+        "name": "flamewaker",
+        "image": entry.get("image", spec.image),
+        "resources": copy.deepcopy(attributes.get("resources", {})),
+    }
+    # what the template says the container runs (the Ragnaros chart's own container keys)
+    for key in CONTAINER_KEYS:
+        if key in attributes:
+            container[key] = copy.deepcopy(attributes[key])
+    selector = {PLAN_LABEL: fit(spec.name, 63), FLAMEWAKER_LABEL: entry["name"]}
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "nodeSelector": pod.get("nodeSelector", {}),
+    }
+    for key in ("priorityClassName", "tolerations", "resourceClaims", "schedulingGates"):
+        if key in pod:
+            pod_spec[key] = pod[key]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": entry["name"],
+            "namespace": spec.namespace,
+            "labels": plan_labels(spec.name),
+        },
+        "spec": {
+            "replicas": int(entry.get("instanceNumber", 1)) * int(entry.get("replica", 1)),
+            # replace, never roll: a resized instance on a full node cannot surge beside
+            # its old pod, and a smaller one cannot preempt it
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector | MANAGED_BY},
+                "spec": pod_spec,
+            },
+        },
+    }
 
 
 @dataclass(frozen=True)
@@ -462,22 +506,33 @@ class Desired:
     configmaps: list[dict[str, Any]] = field(hash=False)  # one, or parts of a very large plan
     deployments: list[dict[str, Any]] = field(hash=False)
     claim_templates: list[dict[str, Any]] = field(default_factory=list, hash=False)  # DRA: per instance
+    # the entries as rendered, by key, for the next render of the same spec (not compared)
+    kept: Mapping[EntryKey, Kept] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
 
-def render_desired(spec: PlanSpec, result: PlanResult, priority_base: int = PRIORITY_BASE) -> Desired:
+def render_desired(
+    spec: PlanSpec, result: PlanResult, priority_base: int = PRIORITY_BASE, like: Desired | None = None
+) -> Desired:
     """Everything the plan wants in the cluster (the flamewaker entries are rendered once).
 
-    ``priority_base``: the value of a 0-card class; an N-card class is ``base + N·1000``."""
+    ``priority_base``: the value of a 0-card class; an N-card class is ``base + N·1000``.
+    ``like``: what an earlier call rendered from the same ``spec`` and ``priority_base`` (the
+    caller's promise): every entry rendered from the same pod group is taken from it, with its
+    values.yaml text and its Deployment, the very objects. A cordon moves a few of a 2,500-entry
+    plan's instances; rendering them all again took 0.25-0.4 s of the re-plan's cycle. The
+    objects returned are shared with ``like``: nobody may change them in place."""
     kinds = {r.name: r.kind for r in spec.resources}
-    flamewakers = render_flamewakers(spec, result)
+    kept = _render_entries(spec, result, like.kept if like is not None else {})
+    flamewakers = [k.flamewaker for k in kept]
     gpu_units = [f.units for f in flamewakers if f.resource.kind is ResourceKind.GPU]
     return Desired(
         node_labels=render_node_labels(spec, result),
         label_key=plan_label_key(spec.namespace, spec.name),
         priority_classes=render_priority_classes(result, kinds, gpu_units, priority_base, spec.priority),
-        configmaps=_configmaps(spec, flamewakers),
-        deployments=_deployments(spec, flamewakers) if spec.deploy else [],
+        configmaps=_configmaps(spec, kept),
+        deployments=_deployments(spec, kept) if spec.deploy else [],
         claim_templates=[f.claim_template for f in flamewakers if f.claim_template is not None],
+        kept={k.key: k for k in kept if k.key is not None},
     )
 
 
