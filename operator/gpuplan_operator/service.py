@@ -219,6 +219,9 @@ class PlanService:
         self._landed: dict[str, _Landed] = {}
         # plan uid -> (monotonic time of its last status write, seconds it took): spaces progress
         self._last_status: dict[str, tuple[float, float]] = {}
+        # plan uid -> (generation, what the last render of it made): the next render of the same
+        # spec takes every entry it did not move from it (:meth:`_render`)
+        self._rendered: dict[str, tuple[int, Desired]] = {}
 
     # --- status -----------------------------------------------------------------------------
 
@@ -305,9 +308,18 @@ class PlanService:
         )
         return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
 
+    def _render(self, plan: PlanBody, spec: PlanSpec, result: PlanResult) -> Desired:
+        """:func:`planner.render_desired`, given the plan's last render when it was of the same
+        generation (the same spec: a cordon's re-plan renders again only the entries it moved)."""
+        last = self._rendered.get(plan.uid)
+        like = last[1] if last is not None and last[0] == plan.generation else None
+        desired = render_desired(spec, result, self.options.priority_base, like=like)
+        self._rendered[plan.uid] = (plan.generation, desired)
+        return desired
+
     def render(self, plan: PlanBody, spec: PlanSpec, result: PlanResult) -> Desired | Outcome:
         try:
-            return render_desired(spec, result, self.options.priority_base)
+            return self._render(plan, spec, result)
         except InvalidInput as e:  # e.g. an operator's JSON patch does not apply
             new = st.invalid_status(plan.status, plan.generation, str(e), self.clock())
             return self._finish(plan, new, Reason.INVALID, warn=True)
@@ -381,7 +393,7 @@ class PlanService:
             )
             return self._finish(plan, new, Reason.INFEASIBLE, warn=True)
         try:
-            desired = render_desired(spec, result, self.options.priority_base)
+            desired = self._render(plan, spec, result)
             self._took["render"] = time.perf_counter() - planned
         except InvalidInput as e:  # e.g. an operator's JSON patch does not apply
             return self._finish(plan, st.invalid_status(plan.status, plan.generation, str(e), now),
@@ -434,7 +446,7 @@ class PlanService:
         now = self.clock()
         self._landed.pop(plan.uid, None)  # recorded again once these writes and the status land
         try:
-            desired = desired or render_desired(spec, result, self.options.priority_base)
+            desired = desired or self._render(plan, spec, result)
         except InvalidInput as e:  # e.g. an operator's JSON patch does not apply
             return self._finish(plan, st.invalid_status(plan.status, plan.generation, str(e), now),
                                 Reason.INVALID, warn=True)  # fmt: skip
@@ -743,6 +755,7 @@ class PlanService:
         with self.lock:
             self._landed.pop(plan.uid, None)
             self._last_status.pop(plan.uid, None)
+            self._rendered.pop(plan.uid, None)
             in_use = reserve.priority_classes_in_use(cluster.list_plans(self.kube), plan.uid)
             observed = cluster.read_for_cleanup(self.kube, plan)
             writes = cleanup_writes(plan, observed, in_use)

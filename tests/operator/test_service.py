@@ -147,6 +147,29 @@ def test_a_cordoned_node_is_left_and_its_label_and_deployment_removed() -> None:
     assert "p4-3" not in status(kube)["applied"]["units"]
 
 
+def test_a_re_plan_renders_only_what_moved_and_a_changed_spec_everything() -> None:
+    """After a cordon, the Deployments the re-plan did not move are the objects the last render
+    made (not rendered again); once the spec changes (a new generation), nothing is taken from
+    the last render: every Deployment carries the new image."""
+    kube = p4_cluster(6)  # four instances on four of six nodes: a cordon moves one
+    kube.put(PLANS_NS, plan(requests=FACE4, deploy=True))
+    svc, _ = service(kube)
+    svc.reconcile("ns", "p")
+    first = {d["metadata"]["name"]: d for d in svc._rendered["uid-p"][1].deployments}
+    off = sorted(first)[0].rsplit("-p4-", 1)[1]
+    kube.get_obj(NODES, f"p4-{off}")["spec"]["unschedulable"] = True  # type: ignore[index]
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.moved
+    again = svc._rendered["uid-p"][1].deployments
+    kept = [d["metadata"]["name"] for d in again if first.get(d["metadata"]["name"]) is d]
+    assert sorted(kept) == sorted(first)[1:] and len(again) == 4
+    kube.put(PLANS_NS, plan(requests=FACE4, deploy=True, image="registry.local/other:2", generation=2))
+    out = svc.reconcile("ns", "p")
+    assert out is not None and out.phase == "Applied"
+    images = {d["spec"]["template"]["spec"]["containers"][0]["image"] for d in kube.items(DEPLOYS)}
+    assert images == {"registry.local/other:2"}
+
+
 def test_deleting_removes_everything_but_classes_others_use() -> None:
     kube = p4_cluster()
     kube.put(PLANS_NS, plan("p", requests=FACE4, deploy=True))

@@ -223,6 +223,47 @@ def test_a_deployment_compared_before_in_the_same_version_is_not_compared_again(
     assert name in [w.name for w in writes] and name in compared
 
 
+def test_a_manifest_rendered_again_as_the_very_same_object_is_not_even_encoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A render given the last one hands unmoved entries' Deployments back as the same objects:
+    those, found to cover their objects before, are neither compared nor encoded again. A fresh
+    render of the same (equal, other objects) is encoded, found by its digest, not compared."""
+    monkeypatch.setattr(writes_module, "_COVERED", Memo(50_000))
+    nodes = [node(f"p4-{i}") for i in range(4)]
+    body = PlanBody.from_object(plan(requests={"face_feature_extract": {"P4": 4}}, deploy=True))
+    spec = parse_spec(
+        {"requests": {"face_feature_extract": {"P4": 4}}, "deploy": True}, name="p", namespace="ns"
+    )
+    result = make_plan(spec, snapshot({"kind": "List", "items": nodes}))
+    desired = render_desired(spec, result)
+    observed = landed(body, desired, nodes)
+    for i, (name, dep) in enumerate(observed.deployments.items()):
+        meta = dict(dep["metadata"], uid=f"uid-{name}", resourceVersion=str(i), namespace="ns", generation=1)
+        observed.deployments[name] = dict(dep, metadata=meta)  # type: ignore[index]
+    assert apply_writes(body, desired, observed, ()) == []  # compared once, remembered
+    encoded: list[str] = []
+    real = writes_module._ENCODE
+
+    class Counting:
+        def encode(self, value: Any) -> bytes:
+            if isinstance(value, dict) and value.get("kind") == "Deployment":
+                encoded.append(value["metadata"]["name"])
+            return real.encode(value)
+
+    monkeypatch.setattr(writes_module, "_ENCODE", Counting())
+    compared = comparisons_counted(monkeypatch)
+    again = render_desired(spec, result, like=desired)
+    assert [a is b for a, b in zip(again.deployments, desired.deployments, strict=True)] == [True] * len(
+        desired.deployments
+    )
+    assert apply_writes(body, again, observed, ()) == []
+    assert encoded == [] and compared == []
+    fresh = render_desired(spec, result)
+    assert apply_writes(body, fresh, observed, ()) == []
+    assert sorted(encoded) == sorted(observed.deployments) and compared == []
+
+
 def test_a_deployment_applied_is_not_compared_again_after_its_controller_annotates_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
