@@ -3,8 +3,11 @@ re-plan (and no write) of a plan whose spec and inputs did not change."""
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
+import pytest
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cache.caches import ClusterCache
 from gpuplan_operator.cluster import of_plan
@@ -527,3 +530,14 @@ def test_the_readiness_of_several_plans_is_checked_side_by_side() -> None:
     assert most == 3
     assert [cycle.memory[u].ready for u in plans] == [True, False, True]
     assert report.wake_in == cycle.options.ready_poll  # b is not Ready: looked at again soon
+
+
+def test_a_cycle_says_how_long_the_change_that_called_for_it_waited(caplog: pytest.LogCaptureFixture) -> None:
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])
+    kube.put(PLANS_NS, plan("a", **spec(8)))
+    cycle, _ = cycle_on(kube)
+    with caplog.at_level(logging.INFO, logger="gpuplan_operator"):
+        cycle.run(time.monotonic() - 0.75)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cycle: planned")]
+    waited = float(line.split("ns/a ")[1].split("s after the change that called for it")[0])
+    assert 0.75 <= waited < 5

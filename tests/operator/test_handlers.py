@@ -215,3 +215,19 @@ def test_the_daemons_of_several_plans_start_one_cycle_between_them(monkeypatch: 
         return len(started)
 
     assert asyncio.run(scenario()) == 1
+
+
+def test_a_wake_gives_the_time_of_the_first_change_that_called_for_the_cycle() -> None:
+    async def scenario() -> tuple[float | None, float, float | None]:
+        wake = Wake(asyncio.get_running_loop(), debounce=0.2, max_delay=5.0)
+        first = time.monotonic()
+        wake.poke("nodes", True)
+        await asyncio.sleep(0.05)
+        wake.poke("nodes", True)  # the same burst: the first change still says when it began
+        since = await asyncio.wait_for(wake.wait(None), PATIENCE)
+        timed_out = await wake.wait(0.05)  # nothing since: the timeout woke it
+        return since, first, timed_out
+
+    since, first, timed_out = asyncio.run(scenario())
+    assert since is not None and first <= since < first + 0.04
+    assert timed_out is None

@@ -60,6 +60,7 @@ class Wake:
         self.pokes = 0  # debounced changes of the burst
         self.leading = False  # the burst began after a quiet spell: it may start the cycle early
         self.urgent = False
+        self.since: float | None = None  # the first change that calls for the next cycle
 
     def poke(self, kind: str, matters: bool) -> None:
         """A watch saw a change (any thread)."""
@@ -72,6 +73,8 @@ class Wake:
         self._poke(False)
 
     def _poke(self, debounced: bool) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
         if debounced:
             t = time.monotonic()
             if self.first is None:
@@ -83,12 +86,13 @@ class Wake:
             self.urgent = True
         self.event.set()
 
-    async def wait(self, timeout: float | None) -> None:
-        """Until something calls for a cycle (settled) or ``timeout`` passes."""
+    async def wait(self, timeout: float | None) -> float | None:
+        """Until something calls for a cycle (settled) or ``timeout`` passes: the monotonic time
+        of the first change that called for it, None when the timeout did."""
         try:
             await asyncio.wait_for(self.event.wait(), timeout)
         except TimeoutError:
-            return
+            return None
         while not self.urgent and self.first is not None:  # a burst of node changes: let it settle
             t = time.monotonic()
             until = self._until()
@@ -100,7 +104,9 @@ class Wake:
                 continue  # look again: a later change may have moved the end of the burst
         await asyncio.sleep(COALESCE)
         self.event.clear()
+        since, self.since = self.since, None
         self.first, self.urgent = None, False
+        return since
 
     def _until(self) -> float:
         """When the pending node changes may start the cycle: an isolated change after a quiet
@@ -129,12 +135,12 @@ async def run_cycles(
     failures = 0
     timeout: float | None = 0.0
     while True:
-        await wake.wait(timeout)
+        called = await wake.wait(timeout)
         if not acting():  # another replica acts (peering), or no plan is followed yet
             timeout = resync
             continue
         try:
-            report = await asyncio.to_thread(cycle.run)
+            report = await asyncio.to_thread(cycle.run, called)
         except Exception as e:  # a bug or the API server away: the cycle is tried again, with backoff
             failures += 1
             timeout = backoff(failures)

@@ -148,9 +148,11 @@ class Cycle:
         # this cycle runs must look new to the next one
         return (*read.changes, tuple(sorted(down)), left)
 
-    def run(self) -> Report:
-        """One cycle (blocking: run it in a worker thread)."""
+    def run(self, called: float | None = None) -> Report:
+        """One cycle (blocking: run it in a worker thread). ``called``: the monotonic time of the
+        first change that called for it (its log line says how long that change waited)."""
         report = Report()
+        waited = time.monotonic() - called if called is not None else None
         started = time.perf_counter()
         self._placing = {}
         with self.service.lock:
@@ -194,7 +196,10 @@ class Cycle:
         if report.planned:
             took = ", ".join(f"{k} {v:.2f}s" for k, v in report.stages.items())
             inside = ", ".join(f"{k} {v:.2f}s" for k, v in report.took.items() if k != "plan")
-            log.info("cycle: planned %s (%s; the write's: %s)", ", ".join(report.planned), took, inside)
+            after = f" {waited:.2f}s after the change that called for it" if waited is not None else ""
+            log.info(
+                "cycle: planned %s%s (%s; the write's: %s)", ", ".join(report.planned), after, took, inside
+            )
         return report
 
     def _due(
