@@ -17,7 +17,7 @@ from gpuplan_operator.gang import NodeIndex, read_pod
 from gpuplan_operator.kube import JSON, WatchSilent
 
 from planner import MANAGED_BY, PLAN_LABEL, plan_labels, snapshot
-from tests.operator.builders import cluster, node, pod
+from tests.operator.builders import cluster, node, plan, pod
 
 
 def bulky_node(name: str) -> dict[str, Any]:
@@ -294,3 +294,21 @@ def test_a_kind_not_served_is_listed_again_at_once_when_woken() -> None:
         assert store.served and [o["metadata"]["name"] for o in store.items()] == ["a"]
     finally:
         informer.close()
+
+
+def test_a_plan_our_status_write_returned_with_a_new_spec_is_told_as_a_change() -> None:
+    """The status write's answer carries a spec changed meanwhile (generation 2): told at once,
+    for its own watch event, arriving after, finds nothing new. Our status alone is not a change."""
+    told: list[tuple[str, bool]] = []
+    cache = ClusterCache(cluster(), lambda kind, matters: told.append((kind, matters)))
+    first = plan("p", generation=1, requests={"svc": {"P4": 4}})
+    first["metadata"]["resourceVersion"] = "10"
+    cache.plans.apply("ADDED", first)
+    ours = dict(first, status={"phase": "Applied"}, metadata=dict(first["metadata"], resourceVersion="11"))
+    cache.assume_plan(ours)
+    assert told == []
+    newer = dict(ours, spec={"requests": {"svc": {"P4": 6}}})
+    newer["metadata"] = dict(first["metadata"], generation=2, resourceVersion="13")
+    cache.assume_plan(newer)
+    assert told == [("plans", True)]
+    assert not cache.plans.apply("MODIFIED", newer)  # its watch event: nothing new by then

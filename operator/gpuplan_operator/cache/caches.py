@@ -119,6 +119,8 @@ class ClusterCache:
         def told(store: Store, matters: bool) -> None:
             on_change(store.kind, matters)
 
+        self._told = told
+
         self.informers = [
             Informer(api, paths[s.kind], s, told, resync, silence)
             for s in (self.nodes, self.pods, self.slices, self.claims, self.topologies, self.plans)
@@ -174,7 +176,12 @@ class ClusterCache:
         }
 
     def assume_plan(self, obj: Mapping[str, Any]) -> None:
-        self.plans.assume(obj)
+        """A plan as our status write returned it. When it carries a spec changed meanwhile (a
+        new generation), that is told as the change it is: its watch event, arriving after,
+        finds nothing new, and the spec would otherwise wait for the next resync (a chaos run
+        saw a plan's second generation left unplanned for 90 s)."""
+        if self.plans.assume(obj):
+            self._told(self.plans, True)
 
     def _deployments_of(self, namespace: str | None) -> Store | None:
         everywhere = self.deployments.get(None)

@@ -150,10 +150,12 @@ class Store:
             self.removed += int(gone)
             return matters
 
-    def assume(self, raw: Mapping[str, Any]) -> None:
+    def assume(self, raw: Mapping[str, Any]) -> bool:
         """What a write of ours returned, before its watch event arrives (the next plan of the
-        same cycle must see the status this one just wrote)."""
-        self.apply("MODIFIED", raw)
+        same cycle must see the status this one just wrote); True when it matters to planning
+        (it carries a change of someone else's that landed meanwhile, which its own watch event
+        will then no longer bring as a change)."""
+        return self.apply("MODIFIED", raw)
 
     def forget(self, key: str) -> None:
         """A delete of ours landed: the object is gone before its watch event says so."""
