@@ -197,7 +197,7 @@ class GateKeeper:
         self._units: dict[str, tuple[Mapping[str, Any], Placement]] = {}
         # hears of each pod whose gate a round lifted, as the API server returned it (the cycle's
         # pods cache: the next round, a second later, must not find it gated and patch it again)
-        self.on_lifted: Callable[[Mapping[str, Any]], None] | None = None
+        self.on_lifted: Callable[[Mapping[str, Any]], object] | None = None
 
     def waiting(self, namespace: str, name: str) -> str | None:
         """Why the plan's gated pods wait, if the last round said so."""
