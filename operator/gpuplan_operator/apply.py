@@ -63,6 +63,31 @@ def in_context(fn: Callable[[A], R]) -> Callable[[A], R]:
 Landed = Callable[[Write, JSON | None], None]
 
 
+class Meanwhile:
+    """Waits for futures, calling ``call`` from the waiting thread every ``every`` seconds (never
+    concurrently with itself) while one is still running; ``call`` None just waits."""
+
+    def __init__(self, call: Callable[[], None] | None, every: float | None = None) -> None:
+        self.call = call
+        self.every = MEANWHILE_EVERY if every is None else every
+        self.next_at = time.monotonic() + self.every
+
+    def result(self, future: Future[R]) -> R:
+        while self.call is not None and not future.done():
+            left = self.next_at - time.monotonic()
+            if left > 0:
+                wait([future], timeout=left)
+                continue
+            self.call()
+            self.next_at = time.monotonic() + self.every
+        return future.result()
+
+    def map(self, pool: ThreadPoolExecutor, fn: Callable[[A], R], items: Sequence[A]) -> list[R]:
+        """``pool.map(fn, items)``, waited for this way."""
+        futures = [pool.submit(fn, item) for item in items]
+        return [self.result(f) for f in futures]
+
+
 def _send(kube: KubeApi, write: Write) -> tuple[bool, JSON | None]:
     """One write and what the API server returned for an apply; False when a delete found the
     object already gone."""
@@ -101,19 +126,7 @@ def perform(
     writes are in flight (never concurrently with itself, never after the last wave; ``every``
     defaults to :data:`MEANWHILE_EVERY`). ``waves``: the round of each step (:func:`~.writes.wave`,
     or :func:`~.writes.gated_wave` for a plan whose pods wait for their gates)."""
-    every = MEANWHILE_EVERY if every is None else every
-    next_at = time.monotonic() + every
-
-    def result(future: Future[tuple[bool, JSON | None]]) -> tuple[bool, JSON | None]:
-        nonlocal next_at
-        while meanwhile is not None and not future.done():
-            left = next_at - time.monotonic()
-            if left > 0:
-                wait([future], timeout=left)
-                continue
-            meanwhile()
-            next_at = time.monotonic() + every
-        return future.result()
+    awaiting = Meanwhile(meanwhile, every)
 
     ordered = in_order(writes, waves)
     if not ordered:
@@ -128,7 +141,7 @@ def perform(
             failure: tuple[Write, Exception] | None = None
             for write, future in futures:
                 try:
-                    accepted, obj = result(future)
+                    accepted, obj = awaiting.result(future)
                 except Exception as e:
                     failure = failure or (write, e)
                     continue

@@ -528,7 +528,7 @@ class PlanService:
         # Deployments, not a round before (a higher-priority plan's 250 nodes labelled and its
         # 250 Deployments written took 3.3 s each, one after the other, at 1,000 nodes); the
         # gates of the pods made so far are lifted while the rest are written (``meanwhile``)
-        gated = prepared.spec.deploy and prepared.spec.gang is Gang.PLAN
+        gated = self.gated(prepared.spec)
         waves = gated_wave if gated else wave
         meanwhile = self.meanwhile if gated else None
         try:
@@ -547,6 +547,11 @@ class PlanService:
             return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
         prepared.written = True
         return None
+
+    @staticmethod
+    def gated(spec: PlanSpec) -> bool:
+        """Are the plan's pods made with the gang gate?"""
+        return spec.deploy and spec.gang is Gang.PLAN
 
     def applied_of(self, prepared: Prepared) -> dict[str, Any]:
         """``status.applied`` once the plan's writes have landed: what it holds, other plans plan

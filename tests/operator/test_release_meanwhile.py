@@ -336,3 +336,56 @@ def test_plans_whose_units_stay_write_their_status_in_the_last_round() -> None:
     score_only = moving("s", {"w": 4}, {"w": 4})  # a cordon elsewhere changed only its score
     assert rounds([score_only, a, b]) == [[("complete", "b")], [("complete", "a"), ("complete", "s")]]
     assert rounds([score_only]) == [[("complete", "s")]]
+
+
+class SlowStatusKube(ReplicaSetKube):
+    """:class:`ReplicaSetKube` whose plan status patches take ``status_delay`` seconds (a large
+    plan's status under a deploy's load)."""
+
+    def __init__(self, delay: float, status_delay: float) -> None:
+        super().__init__(delay)
+        self.status_delay = status_delay
+
+    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if method == "PATCH" and path.endswith("/status") and "/gpuallocationplans/" in path:
+            time.sleep(self.status_delay)
+        return super().request(method, path, **kw)
+
+
+def test_gates_are_lifted_while_the_statuses_are_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pods of the last Deployments written are not left gated until the plan's status lands."""
+    monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
+    kube = SlowStatusKube(delay=0.01, status_delay=0.3)
+    for i in range(6):
+        kube.put(NODES, node(f"p4-{i}"))
+    requests = {op: {"P4": 8} for op in ("face_feature_extract", "body_feature_extract", "face_1vn")}
+    kube.put(PLANS_NS, plan("g", deploy=True, requests=requests))
+    cycle, cache = cycle_on(kube)
+    kube.cache = cache
+
+    cycle.run()
+
+    deployments = [path for _, path in kube.writes if "/deployments/" in path]
+    last = deployments[-1].rsplit("/", 1)[-1].split("?")[0]
+    lifted = positions(kube, f"/pods/{last}-0")
+    statuses = positions(kube, "/gpuallocationplans/g/status")
+    assert lifted and statuses
+    assert lifted[0] < statuses[0]  # lifted during the status patch, not after it
+
+
+def test_no_round_during_the_statuses_of_plans_without_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
+    kube = SlowStatusKube(delay=0.0, status_delay=0.2)
+    for i in range(6):
+        kube.put(NODES, node(f"p4-{i}"))
+    kube.put(PLANS_NS, plan("g", deploy=True, gang="none", requests={"face_feature_extract": {"P4": 8}}))
+    cycle, cache = cycle_on(kube)
+    kube.cache = cache
+    rounds: list[int] = []
+    monkeypatch.setattr(cycle, "release_meanwhile", lambda: rounds.append(1))
+    cycle.service.meanwhile = cycle.release_meanwhile
+
+    cycle.run()
+
+    assert positions(kube, "/gpuallocationplans/g/status")
+    assert not rounds

@@ -25,9 +25,9 @@ Deployments, plans side by side, and the statuses in :func:`release_rounds` (sid
 where no plan waits on another).
 
 Before those writes the cycle is told every plan's placement as it will be (``placing``), and
-while a gang plan's Deployments are written the cycle lifts the gates of the pods made so far
-(:mod:`..apply`'s ``meanwhile``), against those placements rather than the statuses not yet
-written: creating a plan's pods and scheduling them overlap instead of one waiting for the
+while a gang plan's Deployments are written, and then the statuses, the cycle lifts the gates of
+the pods made so far (:mod:`..apply`'s ``meanwhile``), against those placements rather than the
+statuses not yet written: creating a plan's pods and scheduling them overlap instead of one waiting for the
 other. The gates still open only once the whole plan fits, and the ledger they are decided on
 counts every pod bound to a node, Terminating ones too: cards another plan gives up are taken
 only once its leaving pods are gone, whichever status lands first.
@@ -43,7 +43,7 @@ from enum import Enum
 from typing import Any
 
 from gpuplan_operator import reserve
-from gpuplan_operator.apply import in_context
+from gpuplan_operator.apply import Meanwhile, in_context
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cluster import ClusterRead
 from gpuplan_operator.cycle.order import created
@@ -210,10 +210,15 @@ def hand_over(
 
     stages["writes"] = time.perf_counter() - writing
     statuses = time.perf_counter()
+    # the gates of pods made late in the writes (or waiting for cards a leaving pod frees
+    # meanwhile) are lifted while the statuses are written too, not once they all landed: a
+    # large plan's status patch takes the API server a second or two under a deploy's load
+    gated = any(p.written and service.gated(p.spec) for p in prepared)
+    awaiting = Meanwhile(service.meanwhile if gated else None)
     with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-status") as pool:
         for group in release_rounds(prepared):
             group = [(step, p) for step, p in group if p.plan.uid not in outcomes]
-            for (_, p), outcome in zip(group, pool.map(in_context(finish), group), strict=True):
+            for (_, p), outcome in zip(group, awaiting.map(pool, in_context(finish), group), strict=True):
                 if outcome is not None:
                     outcomes[p.plan.uid] = outcome
     stages["statuses"] = time.perf_counter() - statuses
