@@ -71,6 +71,35 @@ def test_a_burst_of_node_changes_settles_before_the_cycle_and_a_plan_change_does
     assert plan < 0.3  # a plan changed: no debounce
 
 
+def test_pod_changes_while_a_poke_is_on_its_way_ride_on_it_and_later_ones_wake_again() -> None:
+    async def scenario() -> tuple[int, float | None, float | None]:
+        loop = asyncio.get_running_loop()
+        wake = Wake(loop, debounce=0.3, max_delay=5.0)
+        scheduled = 0
+        schedule = loop.call_soon_threadsafe
+
+        def counted(callback: Any, *args: Any) -> Any:
+            nonlocal scheduled
+            scheduled += callback == wake._poke  # not the threads' own results
+            return schedule(callback, *args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+
+        def burst() -> None:  # a watch's burst of pod events, from its thread
+            for _ in range(500):
+                wake.poke("pods", True)
+
+        await asyncio.to_thread(burst)
+        first = await asyncio.wait_for(wake.wait(None), PATIENCE)
+        await asyncio.to_thread(wake.poke, "pods", True)  # after the loop took the first: a cycle again
+        second = await asyncio.wait_for(wake.wait(0.5), PATIENCE)
+        return scheduled, first, second
+
+    scheduled, first, second = asyncio.run(scenario())
+    assert scheduled == 2  # one for the 500, one for the change after
+    assert first is not None and second is not None and second > first
+
+
 def test_a_burst_never_waits_longer_than_max_delay() -> None:
     async def scenario() -> float:
         wake = Wake(asyncio.get_running_loop(), debounce=0.2, max_delay=0.5)

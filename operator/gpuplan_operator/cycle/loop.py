@@ -61,18 +61,28 @@ class Wake:
         self.leading = False  # the burst began after a quiet spell: it may start the cycle early
         self.urgent = False
         self.since: float | None = None  # the first change that calls for the next cycle
+        self.queued = False  # an undebounced poke is on its way to the event loop
 
     def poke(self, kind: str, matters: bool) -> None:
-        """A watch saw a change (any thread)."""
+        """A watch saw a change (any thread). Pod and plan changes that come while one is on its
+        way to the event loop ride on it: a deploy's pods change some ten thousand times, and
+        waking the loop for each was a twentieth of the operator's CPU through it."""
         if kind in QUIET_KINDS or not matters:  # claims, Deployments: read by each cycle, start none
             return
-        self.loop.call_soon_threadsafe(self._poke, kind in PLANNING_KINDS)
+        debounced = kind in PLANNING_KINDS
+        if not debounced:
+            if self.queued:
+                return
+            self.queued = True
+        self.loop.call_soon_threadsafe(self._poke, debounced)
 
     def now(self) -> None:
         """Run a cycle as soon as possible (event-loop thread)."""
         self._poke(False)
 
     def _poke(self, debounced: bool) -> None:
+        if not debounced:
+            self.queued = False  # a change from now on needs a poke of its own
         if self.since is None:
             self.since = time.monotonic()
         if debounced:
