@@ -28,7 +28,8 @@ the floor into the cost of those writes and the operator's own.
 Every phase's work is kept in a ledger (:mod:`ledger`: the API server's requests by kind and the
 seconds it took answering them, each control-plane process's CPU), printed after the table.
 ``--floor-before`` times the floor once more before the operator starts (the control plane
-slows down within a run, so the later floor alone flatters the operator); ``--profile DIR``
+slows down within a run, so the later floor alone flatters the operator); ``--gang none`` deploys
+the load without the gang gate (the plain floor is then the whole comparison); ``--profile DIR``
 records the API server's CPU profile of the first minute of the deploy and each floor (one at
 a time, as the API server allows). The bench
 reads its namespace's plans and pods from watches (:mod:`watched`), not from the API server at
@@ -90,6 +91,7 @@ class DefaultOperator(OperatorProcess):
     ARGS = ("--plan-seconds", "30")  # the operator's own defaults otherwise (debounce 1 s, ...)
 
 
+GANG: str | None = None  # --gang: the load's plans' spec.gang (None: the default, plan)
 PROFILES: Path | None = None  # --profile: the API server's CPU profile of the deploy and the floor
 PROFILE_SECONDS = 60
 
@@ -253,6 +255,7 @@ def plan_spec(nodes: int, first: int = 0) -> dict[str, Any]:
         "operators": operators,
         "requests": requests,
         "deploy": True,
+        **({"gang": GANG} if GANG else {}),
     }
 
 
@@ -734,8 +737,15 @@ def main() -> None:
         help=f"record the API server's CPU profile of the first {PROFILE_SECONDS} s of each floor and the "
         "deploy (one at a time: a phase that starts while one records goes without, and says so)",
     )
+    ap.add_argument(
+        "--gang",
+        choices=("plan", "none"),
+        help="the load's plans' spec.gang (default: the resource's default, plan; the urgent plan "
+        "keeps it): with none, the deploy has no gates to lift and compares with the plain floor",
+    )
     args = ap.parse_args()
-    global PROFILES
+    global GANG, PROFILES
+    GANG = args.gang
     PROFILES = args.profile
     kubeconfig = os.environ.get("KUBECONFIG") or str(ROOT / ".cluster" / "kubeconfig")
     api = WatchedApi(kubeconfig, NS)
