@@ -27,8 +27,8 @@ where no plan waits on another).
 Before those writes the cycle is told every plan's placement as it will be (``placing``), and
 while a gang plan's Deployments are written, and then the statuses, the cycle lifts the gates of
 the pods made so far (:mod:`..apply`'s ``meanwhile``), against those placements rather than the
-statuses not yet written: creating a plan's pods and scheduling them overlap instead of one waiting for the
-other. The gates still open only once the whole plan fits, and the ledger they are decided on
+statuses not yet written: creating a plan's pods and scheduling them overlap instead of one
+waiting for the other. The gates still open only once the whole plan fits, and the ledger they are decided on
 counts every pod bound to a node, Terminating ones too: cards another plan gives up are taken
 only once its leaving pods are gone, whichever status lands first.
 """
