@@ -47,7 +47,8 @@ TEST_TIMEOUT = 300  # seconds per test: a hung wait fails one test, not the whol
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.pluginmanager.hasplugin("timeout"):
         for item in items:
-            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
+            if item.get_closest_marker("timeout") is None:  # a test may ask for longer itself
+                item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -13,20 +13,27 @@ instances' own CPU and memory, the backend's own count of what it served), none 
 
 from __future__ import annotations
 
+import pytest
+
 from e2e.kubelet.conftest import RealNodes
 from e2e.kubelet.loop import CPU_LIMIT_CORES, Loop, Settings, cards_of, classify_service, table
 from e2e.support import Api, Kubectl
 
-# short steps: 0.5 s of warm-up, 2 s measured, 15% resolution (about 20 s per load test)
-CI = Settings(warmup=0.5, window=2.0, resolution=0.15, max_steps=8)
+# short steps: 0.5 s of warm-up, 2 s measured (about 25 s per load test). A 5% resolution: the
+# ratios below ask 1.6x of what should be about 1.8-2x, and at 15% one search stopped at 48 req/s
+# between 48 held and 55.9 failed while another held 55.9, so the ratio was the search's grid
+CI = Settings(warmup=0.5, window=2.0, resolution=0.05, max_steps=10)
 CPU_MS = 2.0  # the cpu sample's CPU per request (SERVER_ARGS)
+SAMPLES = 2  # load tests per cpu capacity, the best kept
 
 
+@pytest.mark.timeout(600)  # nine load tests of about 25 s, two deploys and a sharded run: about 330 s
 def test_measure_classify_plan_deploy_and_compare_on_real_pods(
     api: Api, kubectl: Kubectl, ns: str, real_nodes: RealNodes
 ) -> None:
     loop = Loop(api, kubectl, ns, real_nodes, CI)
-    cpu = loop.measure_instances("cpu", (1, 2))
+    # the cpu service's capacities are compared by ratio: each the best of two samples (see measure)
+    cpu = loop.measure_instances("cpu", (1, 2), samples=SAMPLES)
     io = loop.measure_instances("io", (1, 2))
 
     # cpu: each instance is held to its CPU limit at the knee, spends at least the 2 ms it burns
@@ -61,7 +68,8 @@ def test_measure_classify_plan_deploy_and_compare_on_real_pods(
     assert sum(cards_of(p) for p in cpu_pods) == cards
     assert [cards_of(p) for p in io_pods] == [cards]
 
-    planned_cpu = loop.measure("cpu", cpu_pods, f"{spread}x{cards // spread}", cards // spread, planner=True)
+    split = f"{spread}x{cards // spread}"
+    planned_cpu = loop.measure("cpu", cpu_pods, split, cards // spread, planner=True, samples=SAMPLES)
     planned_io = loop.measure("io", io_pods, f"1x{cards}", cards, planner=True)
     # the load tester as an Indexed Job of two shards on the real nodes, merged: below the knee
     # the planner's cpu split holds the rate, and the merged throughput is the whole of it
