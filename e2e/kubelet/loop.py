@@ -224,15 +224,15 @@ class Loop:
     # --- measuring --------------------------------------------------------------------------
 
     def measure(self, service: str, pods: Sequence[Mapping[str, Any]], allocation: str = "", cards: int = 0,
-                planner: bool = False, samples: int = 1) -> Measured:  # fmt: skip
+                planner: bool = False, best_of: int = 1) -> Measured:  # fmt: skip
         """``gpuplan loadtest run`` as a Job on the first real node, against every pod of ``pods``.
 
-        With ``samples`` > 1 the load test runs that many times and the highest capacity is kept:
+        With ``best_of`` > 1 the load test runs that many times and the highest capacity is kept:
         a capacity is the most the instances hold, and on a shared machine what else runs only
         ever takes from a sample (the instances' CPU per request rose 30% in one CI run), so the
-        best of a few estimates it with less noise. Comparisons sample both sides alike.
+        best of a few estimates it with less noise. Comparisons measure both sides alike.
         """
-        runs = [self._measure_once(service, pods, allocation, cards, planner) for _ in range(samples)]
+        runs = [self._measure_once(service, pods, allocation, cards, planner) for _ in range(best_of)]
         return max(runs, key=lambda m: m.capacity_qps)
 
     def _measure_once(
@@ -371,7 +371,7 @@ class Loop:
         )
         return doc
 
-    def measure_instances(self, service: str, counts: Sequence[int], samples: int = 1) -> list[Measured]:
+    def measure_instances(self, service: str, counts: Sequence[int], best_of: int = 1) -> list[Measured]:
         """The service at each instance count: one Deployment, scaled from count to count."""
         out = []
         name = f"{service}-instances"
@@ -381,7 +381,7 @@ class Loop:
             else:
                 self.api.patch("apps/v1", "deployments", name, {"spec": {"replicas": n}}, ns=self.ns)
                 pods = self.ready_pods(f"app={name}", n)
-            out.append(self.measure(service, pods, samples=samples))
+            out.append(self.measure(service, pods, best_of=best_of))
         self.undeploy(name)
         return out
 
