@@ -14,7 +14,9 @@ nodes), for each size: create N fake GPU nodes, start the operator, create one p
   first plan spreads its instances over four nodes of five, so it must hand nodes over): time
   until every pod of both plans runs on its planned node. Its floor is the same hand-over done
   directly: the first plan's Deployments running, then the ones that leave deleted and the new
-  ones created at once.
+  ones created at once; its gated floor adds the resource's writes as the gated floor below does
+  (each plan's node labels set and removed, every pod gated and its gate lifted as it shows up:
+  :func:`gated_hand_over_floor`).
 
 Then the plan goes, and the same Deployments (node selectors on ``kubernetes.io/hostname``, no
 operator) are created directly with the operator's own client and parallelism: **floor** is the
@@ -280,6 +282,7 @@ def all_on_planned_nodes(api: Api, counts: dict[str, int], avoid: str | None = N
 
 
 FLOOR = "floor"  # the label of the Deployments the floor run creates
+PLAN_LABEL = "gpuplan.ragnaros.io/bench.plan"  # the plan a floor Deployment stands for
 
 
 def bare_deployments(api: Api, key: str, plan: str = PLAN) -> list[dict[str, Any]]:
@@ -298,7 +301,11 @@ def bare_deployments(api: Api, key: str, plan: str = PLAN) -> list[dict[str, Any
         out.append({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": d["metadata"]["name"], "namespace": NS, "labels": {"app": FLOOR}},
+            "metadata": {
+                "name": d["metadata"]["name"],
+                "namespace": NS,
+                "labels": {"app": FLOOR, PLAN_LABEL: plan},
+            },
             "spec": {
                 "replicas": d["spec"]["replicas"],
                 "selector": {"matchLabels": labels},
@@ -335,16 +342,45 @@ def floor(
 FLOOR_KEY = "gpuplan.ragnaros.io/bench.floor"  # the node label the gated floor pins its pods by
 
 
-def gated_deployments(deployments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def gated_deployments(deployments: list[dict[str, Any]], per_plan: bool = False) -> list[dict[str, Any]]:
     """The floor's Deployments as the resource asks a plan's to be: pinned by a node label of
-    their own (not the hostname) and every pod created with the gang gate."""
+    their own (not the hostname; with ``per_plan``, one key per plan, as each plan has its own)
+    and every pod created with the gang gate."""
     out = []
     for d in deployments:
         d = copy.deepcopy(d)
         spec = d["spec"]["template"]["spec"]
-        spec["nodeSelector"] = {FLOOR_KEY: spec["nodeSelector"]["kubernetes.io/hostname"]}
+        key = floor_key(d["metadata"]["labels"][PLAN_LABEL]) if per_plan else FLOOR_KEY
+        spec["nodeSelector"] = {key: spec["nodeSelector"]["kubernetes.io/hostname"]}
         spec["schedulingGates"] = [{"name": GANG_GATE}]
         out.append(d)
+    return out
+
+
+def floor_key(plan: str) -> str:
+    """The node label a gated floor pins ``plan``'s Deployments by."""
+    return f"{FLOOR_KEY}.{plan}"
+
+
+def pins(deployments: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(node, label key) of every node label the gated ``deployments`` select."""
+    return {
+        (value, key)
+        for d in deployments
+        for key, value in d["spec"]["template"]["spec"]["nodeSelector"].items()
+    }
+
+
+def label_changes(
+    before: set[tuple[str, str]], after: set[tuple[str, str]]
+) -> dict[str, dict[str, str | None]]:
+    """Node -> the labels to set (the node's name) or remove (None) to go from the pins of
+    ``before`` to those of ``after``: one merge patch per node."""
+    out: dict[str, dict[str, str | None]] = {}
+    for node, key in after - before:
+        out.setdefault(node, {})[key] = node
+    for node, key in before - after:
+        out.setdefault(node, {})[key] = None
     return out
 
 
@@ -495,11 +531,79 @@ def hand_over_floor(
     with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
         list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), before))
     wait_for("the hand-over floor's first pods Running", running_floor(api, replicas(before)), 900, poll)
-    was = {d["metadata"]["name"]: d for d in before}
-    now = {d["metadata"]["name"]: d for d in after}
     controllers_settled(api, "the hand-over floor")
     phase("hand-over floor: before")
     start = time.monotonic()
+    hand_over(api, before, after)
+    wait_for("the hand-over floor's pods Running", handed_over(api, after), 900, poll)
+    took = time.monotonic() - start
+    phase("hand-over floor")
+    clear_floor(api)
+    return took
+
+
+def gated_hand_over_floor(
+    api: Api,
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    poll: float,
+    phase: Callable[[str], None] = lambda _: None,
+) -> float:
+    """The hand-over floor with the writes the resource itself asks for, deciding nothing: each
+    plan's Deployments pinned by a node label of that plan's own and created with the gang gate.
+    ``before`` running, then at once: the labels the arriving instances select set and those of
+    the leaving ones removed (one patch per node), the Deployments that leave deleted, the ones
+    that arrive created, and each pod's gate lifted as soon as it shows up. What the operator's
+    hand-over takes over this is its own cost (deciding who leaves, and lifting no gate before
+    the cards are free); what this takes over the hand-over floor is the labels' and the gates'."""
+    gated_before = gated_deployments(before, per_plan=True)
+    gated_after = gated_deployments(after, per_plan=True)
+    was, now = pins(gated_before), pins(gated_after)
+    stop = threading.Event()
+    lifted: list[int] = []
+    lifter = threading.Thread(target=lambda: lifted.append(lift_gates(api, stop)), daemon=True)
+    lifter.start()
+
+    def label(node: str, labels: dict[str, str | None]) -> None:
+        api.patch("v1", "nodes", node, {"metadata": {"labels": labels}})
+
+    try:
+        with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
+            list(pool.map(lambda item: label(*item), label_changes(set(), was).items()))
+            list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), gated_before))
+        first = running_floor(api, replicas(before))
+        wait_for("the gated hand-over floor's first pods Running", first, 900, poll)
+        controllers_settled(api, "the gated hand-over floor")
+        phase("gated hand-over floor: before")
+        start = time.monotonic()
+        changes = label_changes(was, now)
+        with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
+            labelled = [pool.submit(label, node, labels) for node, labels in changes.items()]
+            hand_over(api, gated_before, gated_after)
+            for w in labelled:
+                w.result()
+        wait_for("the gated hand-over floor's pods Running", handed_over(api, gated_after), 900, poll)
+        took = time.monotonic() - start
+    finally:
+        stop.set()
+        lifter.join(60)
+    phase("gated hand-over floor")
+    print(
+        f"gated hand-over floor: {len(changes)} nodes' labels changed, "
+        f"{lifted[0] - replicas(before) if lifted else '?'} gates lifted in the hand-over",
+        file=sys.stderr,
+    )
+    clear_floor(api)
+    with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
+        list(pool.map(lambda item: label(*item), label_changes(now, set()).items()))
+    return took
+
+
+def hand_over(api: Api, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> None:
+    """From the Deployments ``before`` to those ``after``, directly and at once (the operator's
+    parallelism): the ones that leave deleted, the ones that arrive created, replicas changed."""
+    was = {d["metadata"]["name"]: d for d in before}
+    now = {d["metadata"]["name"]: d for d in after}
 
     def change(name: str) -> None:
         if name not in now:
@@ -514,21 +618,21 @@ def hand_over_floor(
     with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
         list(pool.map(change, sorted(set(was) | set(now))))
 
+
+def handed_over(api: Api, after: list[dict[str, Any]]) -> Callable[[], bool]:
+    """A probe: the floor's pods are exactly those of ``after``, every one Running."""
+    wanted = {d["spec"]["selector"]["matchLabels"]["pin"] for d in after}
+
     def settled() -> bool:
         found = [p for p in api.pods(NS, f"app={FLOOR}") if not p["metadata"].get("deletionTimestamp")]
-        pins = {d["spec"]["selector"]["matchLabels"]["pin"] for d in after}
         ok = [
             p
             for p in found
-            if p["status"].get("phase") == "Running" and p["metadata"]["labels"]["pin"] in pins
+            if p["status"].get("phase") == "Running" and p["metadata"]["labels"]["pin"] in wanted
         ]
         return len(ok) == replicas(after) == len(found)
 
-    wait_for("the hand-over floor's pods Running", settled, 900, poll)
-    took = time.monotonic() - start
-    phase("hand-over floor")
-    clear_floor(api)
-    return took
+    return settled
 
 
 def replicas(deployments: list[dict[str, Any]]) -> int:
@@ -713,6 +817,14 @@ def one_size(
             result["gated_floor"] = nan
             clear_floor(api)
         result["urgent_floor"] = hand_over_floor(api, bare_before, bare_after, poll, phase) if floors else nan
+        try:
+            result["urgent_gated_floor"] = (
+                gated_hand_over_floor(api, bare_before, bare_after, poll, phase) if floors else nan
+            )
+        except Exception as e:
+            print(f"the gated hand-over floor failed: {e!r}", file=sys.stderr)
+            result["urgent_gated_floor"] = nan
+            clear_floor(api)
     finally:
         for name in names:
             api.delete("v1", "nodes", name)
@@ -803,6 +915,14 @@ def main() -> None:
                 f"{'':>6} the floor with the resource's writes (node labels, gates lifted as pods appear): "
                 f"{r['gated_floor']:.1f} s, {r['gated_floor'] / r['floor']:.2f}x the floor; "
                 f"all Running {r['running'] / r['gated_floor']:.2f}x that",
+                flush=True,
+            )
+        if not math.isnan(r.get("urgent_gated_floor", math.nan)):
+            print(
+                f"{'':>6} the hand-over floor with the resource's writes (each plan's node labels, "
+                f"gates lifted as pods appear): {r['urgent_gated_floor']:.1f} s, "
+                f"{r['urgent_gated_floor'] / r['urgent_floor']:.2f}x the hand-over floor; "
+                f"the hand-over {r['urgent_running'] / r['urgent_gated_floor']:.2f}x that",
                 flush=True,
             )
     (OUT / "operator-bench.json").write_text(json.dumps(rows, indent=2))

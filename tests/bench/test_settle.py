@@ -1,5 +1,5 @@
-"""The operator bench: new nodes left with the TTL the controller-manager wants at their size, and the
-gated floor's Deployments."""
+"""The operator bench: new nodes left with the TTL the controller-manager wants at their size, the
+gated floors' Deployments and the node labels a gated hand-over writes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from operator_bench import FLOOR_KEY, gated_deployments, node_ttl
+from operator_bench import FLOOR_KEY, PLAN_LABEL, floor_key, gated_deployments, label_changes, node_ttl, pins
 
 
 @pytest.mark.parametrize(
@@ -32,3 +32,43 @@ def test_the_gated_floor_pins_by_a_label_of_its_own_and_gates_every_pod() -> Non
     assert spec["nodeSelector"] == {FLOOR_KEY: "n7"}
     assert spec["schedulingGates"] == [{"name": "gpuplan.ragnaros.io/gang"}]
     assert bare["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "n7"}  # a copy
+
+
+def _bare(name: str, plan: str, node: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {PLAN_LABEL: plan}},
+        "spec": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "containers": []}}},
+    }
+
+
+def test_the_gated_hand_over_pins_each_plan_by_a_key_of_its_own() -> None:
+    a, b = gated_deployments([_bare("a", "scale", "n1"), _bare("b", "urgent", "n1")], per_plan=True)
+    assert a["spec"]["template"]["spec"]["nodeSelector"] == {floor_key("scale"): "n1"}
+    assert b["spec"]["template"]["spec"]["nodeSelector"] == {floor_key("urgent"): "n1"}
+    assert floor_key("scale") != floor_key("urgent")
+
+
+def test_a_hand_over_sets_the_arriving_plans_labels_and_removes_the_leaving_ones_once_per_node() -> None:
+    before = gated_deployments(
+        [_bare("s1", "scale", "n1"), _bare("s2", "scale", "n2"), _bare("s3", "scale", "n3")], per_plan=True
+    )
+    after = gated_deployments(
+        # scale leaves n1 for n4 and keeps n2 and n3; urgent takes n1 and the whole n5
+        [_bare("s2", "scale", "n2"), _bare("s3", "scale", "n3"), _bare("s4", "scale", "n4"),
+         _bare("u1", "urgent", "n1"), _bare("u5", "urgent", "n5")],
+        per_plan=True,
+    )  # fmt: skip
+    scale, urgent = floor_key("scale"), floor_key("urgent")
+    assert label_changes(pins(before), pins(after)) == {
+        "n1": {scale: None, urgent: "n1"},  # one patch: the leaving plan's label off, the arriving one's on
+        "n4": {scale: "n4"},
+        "n5": {urgent: "n5"},
+    }
+    assert label_changes(pins(after), set()) == {
+        "n1": {urgent: None},
+        "n2": {scale: None},
+        "n3": {scale: None},
+        "n4": {scale: None},
+        "n5": {urgent: None},
+    }
+    assert label_changes(pins(after), pins(after)) == {}
