@@ -331,10 +331,11 @@ def floor(
     start = time.monotonic()
     with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
         list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), deployments))
-
+    written = time.monotonic() - start
     wait_for("the floor's pods Running", running_floor(api, pods), 900, poll)
     took = time.monotonic() - start
     phase(name)
+    print(f"{name}: {len(deployments)} Deployments written in {written:.1f} s", file=sys.stderr)
     clear_floor(api)
     return took
 
@@ -450,13 +451,15 @@ def gated_floor(
             w.result()
         for c in created:
             c.result()
+    written = time.monotonic() - start
     wait_for("the gated floor's pods Running", running_floor(api, pods), 900, poll)
     took = time.monotonic() - start
     stop.set()
     lifter.join(60)
     phase("gated floor")
     print(
-        f"gated floor: {len(nodes)} nodes labelled, {lifted[0] if lifted else '?'} gates lifted",
+        f"gated floor: {len(nodes)} nodes labelled and {len(gated)} Deployments written in {written:.1f} s, "
+        f"{lifted[0] if lifted else '?'} gates lifted",
         file=sys.stderr,
     )
     clear_floor(api)
