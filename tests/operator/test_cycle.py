@@ -127,6 +127,41 @@ def test_a_cordon_that_lands_while_a_cycle_runs_is_planned_by_the_next_cycle() -
     assert all(victim not in a["nodes"] for a in status_of(kube, "a")["allocations"])
 
 
+def test_a_spec_edit_that_lands_while_a_cycle_runs_is_planned_by_the_next_cycle() -> None:
+    """The same for the plan itself: an edit whose watch event arrives after the snapshot was
+    planned by no one yet, whatever generation the cache holds once the cycle is done (the cycle
+    once recorded that one, and the edit's own wake-up found nothing new: a chaos run's plan kept
+    its first generation's status for good)."""
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])
+    kube.put(PLANS_NS, plan("a", **spec(8)))
+    cycle, cache = cycle_on(kube)
+    cycle.run()
+    assert status_of(kube, "a")["observedGeneration"] == 1
+    edited = dict(kube.get_obj(PLANS_NS, "a") or {})
+    edited["metadata"] = {**edited["metadata"], "generation": 2, "resourceVersion": "999999"}
+    edited["spec"] = spec(4)
+    cordoned = node("p4-0", unschedulable=True)  # something else calls for the next cycle
+    cordoned["metadata"]["labels"] = (kube.get_obj(NODES, "p4-0") or {})["metadata"]["labels"]
+    kube.put(NODES, cordoned)
+    cache.nodes.apply("MODIFIED", kube.get_obj(NODES, "p4-0") or {})
+    taken = cache.read
+
+    def snapshot_then_the_edit_lands() -> Any:
+        read = taken()
+        kube.put(PLANS_NS, edited)
+        assert cache.plans.apply("MODIFIED", kube.get_obj(PLANS_NS, "a") or {})  # the watch, a moment late
+        return read
+
+    cache.read = snapshot_then_the_edit_lands  # type: ignore[method-assign]
+    cycle.run()  # planned generation 1 from the snapshot
+    cache.read = taken  # type: ignore[method-assign]
+    assert status_of(kube, "a")["observedGeneration"] == 1
+
+    assert cycle.run().planned == ["ns/a"]  # the cycle the edit's own wake-up runs
+    assert status_of(kube, "a")["observedGeneration"] == 2
+    assert status_of(kube, "a")["cardsPlaced"] == 4
+
+
 def test_new_plans_that_do_not_both_fit_go_by_priority_and_an_unchanged_cluster_is_left_alone() -> None:
     kube = cluster(*[node(f"p4-{i}") for i in range(4)])  # 32 cards
     low = plan("low", **spec(24))

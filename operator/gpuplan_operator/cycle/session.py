@@ -290,11 +290,14 @@ class Cycle:
         memory.pods = self._pods(self.cache.plan(plan.namespace, plan.name) or plan)
 
     def _settle(self, planned: Mapping[str, PlanBody], cluster: tuple[Any, ...]) -> None:
-        """What each plan planned in this cycle was planned from, as it stands after the cycle:
-        with nothing new, the next cycle plans none of them."""
+        """What each plan planned in this cycle was planned from: its spec's generation as the
+        snapshot had it (an edit whose watch event came during the cycle was planned by no one,
+        and its wake-up must find it new), the snapshot's cluster, and what the others hold as
+        it stands after the cycle (their statuses, just written). With nothing new, the next
+        cycle plans none of them."""
         now = [self.cache.plan(p.namespace, p.name) or p for p in planned.values()]
         everyone = {p.uid: p for p in [*self._all(), *now]}
-        for plan in now:
+        for plan in planned.values():
             memory = self.memory.get(plan.uid)
             if memory is None:
                 continue
