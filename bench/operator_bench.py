@@ -531,12 +531,7 @@ def hand_over_floor(
     """Seconds the control plane needs for the same hand-over with nobody planning: ``before``
     running, then the Deployments that leave deleted and the ones that arrive created at once (the
     operator's parallelism), until every pod of ``after`` runs."""
-    with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
-        list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), before))
-    wait_for("the hand-over floor's first pods Running", running_floor(api, replicas(before)), 900, poll)
-    controllers_settled(api, "the hand-over floor")
-    phase("hand-over floor: before")
-    start = time.monotonic()
+    start = hand_over_start(api, before, poll, phase, "hand-over floor")
     hand_over(api, before, after)
     wait_for("the hand-over floor's pods Running", handed_over(api, after), 900, poll)
     took = time.monotonic() - start
@@ -573,12 +568,7 @@ def gated_hand_over_floor(
     try:
         with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
             list(pool.map(lambda item: label(*item), label_changes(set(), was).items()))
-            list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), gated_before))
-        first = running_floor(api, replicas(before))
-        wait_for("the gated hand-over floor's first pods Running", first, 900, poll)
-        controllers_settled(api, "the gated hand-over floor")
-        phase("gated hand-over floor: before")
-        start = time.monotonic()
+        start = hand_over_start(api, gated_before, poll, phase, "gated hand-over floor")
         changes = label_changes(was, now)
         with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
             labelled = [pool.submit(label, node, labels) for node, labels in changes.items()]
@@ -600,6 +590,19 @@ def gated_hand_over_floor(
     with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
         list(pool.map(lambda item: label(*item), label_changes(now, set()).items()))
     return took
+
+
+def hand_over_start(
+    api: Api, before: list[dict[str, Any]], poll: float, phase: Callable[[str], None], name: str
+) -> float:
+    """A hand-over floor's start: ``before`` created, its pods Running, the controllers settled
+    and the phase before it marked; the monotonic time its timing starts from."""
+    with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
+        list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), before))
+    wait_for(f"the {name}'s first pods Running", running_floor(api, replicas(before)), 900, poll)
+    controllers_settled(api, f"the {name}")
+    phase(f"{name}: before")
+    return time.monotonic()
 
 
 def hand_over(api: Api, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> None:

@@ -140,10 +140,7 @@ def test_a_spec_edit_that_lands_while_a_cycle_runs_is_planned_by_the_next_cycle(
     edited = dict(kube.get_obj(PLANS_NS, "a") or {})
     edited["metadata"] = {**edited["metadata"], "generation": 2, "resourceVersion": "999999"}
     edited["spec"] = spec(4)
-    cordoned = node("p4-0", unschedulable=True)  # something else calls for the next cycle
-    cordoned["metadata"]["labels"] = (kube.get_obj(NODES, "p4-0") or {})["metadata"]["labels"]
-    kube.put(NODES, cordoned)
-    cache.nodes.apply("MODIFIED", kube.get_obj(NODES, "p4-0") or {})
+    cordon(kube, cache, "p4-0")  # something else calls for the next cycle
     taken = cache.read
 
     def snapshot_then_the_edit_lands() -> Any:
