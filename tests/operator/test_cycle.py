@@ -159,6 +159,35 @@ def test_a_spec_edit_that_lands_while_a_cycle_runs_is_planned_by_the_next_cycle(
     assert status_of(kube, "a")["cardsPlaced"] == 4
 
 
+def test_a_pod_that_changes_after_an_apply_found_its_plan_ready_is_looked_at_by_the_next_cycle() -> None:
+    """And for a plan's pods: the apply checks readiness from the pods cache, and a pod whose
+    watch event arrives after that read (a plan just found Ready losing a pod) was seen by
+    no one yet. The cycle once remembered the pods as they stood after the apply, and the next
+    cycle skipped the plan as Ready with nothing changed."""
+    import dataclasses
+
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])
+    kube.put(PLANS_NS, plan("d", deploy=True, gang="none", **spec(8)))
+    cycle, cache = cycle_on(kube)
+    completed = cycle.service.complete
+    labels = {"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": "d"}
+    late = {**pod("d-0", "p4-0", 8, labels), "metadata": {"name": "d-0", "namespace": "ns", "labels": labels}}
+    late["status"] = {"phase": "Pending"}
+
+    def ready_then_a_pod_changes(prepared: Any) -> Any:
+        outcome = completed(prepared)
+        stamp = cache.plan_pods_stamp("ns", labels)
+        cache.pods.apply("ADDED", late)  # the watch, a moment after the check read the pods
+        assert cache.plan_pods_stamp("ns", labels) != stamp
+        return dataclasses.replace(outcome, ready=True)  # what the check saw: Ready
+
+    cycle.service.complete = ready_then_a_pod_changes  # type: ignore[method-assign]
+    assert cycle.run().planned == ["ns/d"]
+    cycle.service.complete = completed  # type: ignore[method-assign]
+
+    assert cycle.run().checked == 1  # the pod that changed is looked at
+
+
 def test_new_plans_that_do_not_both_fit_go_by_priority_and_an_unchanged_cluster_is_left_alone() -> None:
     kube = cluster(*[node(f"p4-{i}") for i in range(4)])  # 32 cards
     low = plan("low", **spec(24))

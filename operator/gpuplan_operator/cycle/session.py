@@ -121,6 +121,9 @@ class Cycle:
         self._meanwhile = threading.Lock()
         # namespace/name -> status.applied as this cycle is writing it (:meth:`placing`)
         self._placing: dict[str, dict[str, Any]] = {}
+        # uid -> its pods' stamp taken with this cycle's snapshot, before any readiness check of
+        # the cycle read them (:meth:`_record`)
+        self._stamps: dict[str, int] = {}
         # the last round during the writes: when it ended, how many pods had gone from the
         # cache before it, and whether it left a plan waiting for cards (:meth:`_round_due`)
         self._round_at = -math.inf
@@ -158,6 +161,7 @@ class Cycle:
         with self.service.lock:
             locked = time.perf_counter()
             read = self.cache.read()
+            self._stamps = {p.uid: self._pods(p) for p in read.plans}
             at = utcnow()
             snapped = time.perf_counter()
             cluster = self._cluster_inputs(read, report)
@@ -287,7 +291,9 @@ class Cycle:
             report.moved.append(plan.ref)
         memory = self.memory.setdefault(plan.uid, _Memory())
         self._remember(memory, outcome, report)
-        memory.pods = self._pods(self.cache.plan(plan.namespace, plan.name) or plan)
+        # the stamp from before the apply's readiness check read the pods, not from after it: a
+        # pod that changed in between (a Ready plan's pod failing) must make the next cycle look
+        memory.pods = self._stamps.get(plan.uid, 0)
 
     def _settle(self, planned: Mapping[str, PlanBody], cluster: tuple[Any, ...]) -> None:
         """What each plan planned in this cycle was planned from: its spec's generation as the
