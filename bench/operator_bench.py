@@ -33,7 +33,11 @@ seconds it took answering them, each control-plane process's CPU), printed after
 slows down within a run, so the later floor alone flatters the operator); ``--gang none`` deploys
 the load without the gang gate (the plain floor is then the whole comparison); ``--profile DIR``
 records the API server's CPU profile of the first minute of the deploy and each floor (one at
-a time, as the API server allows). The bench
+a time, as the API server allows); ``--rounds N`` runs, instead of the phases, the floor, the
+gated floor and the deploy N times each in turns, and prints the deploy's ratio over each floor
+round by round (one run's ratio moves by a tenth or more on a shared machine: two floors in a
+row took 95 s and 78 s, and a gated floor 81 s after the other phases, 132 s on fresh nodes).
+The bench
 reads its namespace's plans and pods from watches (:mod:`watched`), not from the API server at
 each look: it must not load what it times.
 
@@ -49,6 +53,7 @@ import copy
 import json
 import math
 import os
+import statistics
 import sys
 import threading
 import time
@@ -683,6 +688,29 @@ def wait_applied(api: Api, name: str) -> None:
     )
 
 
+def create_load(api: Api, plans: list[str], share: int) -> None:
+    """Create the load's plans one after another (as ``kubectl apply -f`` of a folder would), each
+    on ``share`` nodes, and wait until each says Applied."""
+    first = 0
+    for plan in plans:
+        spec = plan_spec(share, first)
+        first += len(spec["operators"])
+        create_plan(api, plan, spec)
+    for plan in plans:
+        wait_applied(api, plan)
+
+
+def remove_plans(api: Api, plans: list[str], operator: OperatorProcess) -> None:
+    """Delete the plans that exist, wait until the operator has cleaned each up, stop it."""
+    for plan in plans:
+        if api.plan(NS, plan) is not None:
+            api.delete(API, "gpuallocationplans", plan, NS)
+    try:
+        wait_for("the plans gone", lambda: all(api.plan(NS, p) is None for p in plans), 300)
+    finally:
+        operator.stop()
+
+
 def moved_instances(before: dict[str, Any], after: dict[str, Any]) -> int:
     """Instances of the first plan no longer where they were (its share of the hand-over)."""
     was = {(a["operator"], n): k for a in before["allocations"] for n, k in a["nodes"].items()}
@@ -694,9 +722,8 @@ def instances(status: dict[str, Any]) -> int:
     return sum(int(a["instances"]) for a in status.get("allocations") or [])
 
 
-def one_size(
-    api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool = True, floor_before: bool = False
-) -> dict[str, Any]:
+def bench_nodes(api: Api, nodes: int) -> list[str]:
+    """Create ``nodes`` fake GPU nodes and wait until kwok keeps them Ready and settled; their names."""
     names = [f"bench-{i:04d}" for i in range(nodes)]
     kwok_lists = ledger.read(api.kube).requests[KWOK_LISTS]
     for name in names:
@@ -712,6 +739,13 @@ def one_size(
     )
     settle_nodes(api, f"{TYPE_KEY}={TYPE}")
     kwok_took_on(api, kwok_lists, nodes)
+    return names
+
+
+def one_size(
+    api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool = True, floor_before: bool = False
+) -> dict[str, Any]:
+    names = bench_nodes(api, nodes)
     plans = plan_names(nodes)
     share = nodes // len(plans)
     result: dict[str, Any] = {"nodes": nodes, "plans": len(plans), "ledger": {}}
@@ -740,13 +774,7 @@ def one_size(
         phase("idle")
         profile(api, "deploy")
         start = time.monotonic()
-        first = 0
-        for plan in plans:  # created one after another, as kubectl apply -f of a folder would
-            spec = plan_spec(share, first)
-            first += len(spec["operators"])
-            create_plan(api, plan, spec)
-        for plan in plans:
-            wait_applied(api, plan)
+        create_load(api, plans, share)
         result["written"] = time.monotonic() - start
         statuses = {p: api.status(NS, p) for p in plans}
         counts = {p: instances(st) for p, st in statuses.items()}
@@ -804,13 +832,7 @@ def one_size(
         phase("urgent")
         bare_after = [d for p in [*plans, URGENT] for d in bare_deployments(api, label_key(NS, p), p)]
     finally:
-        for plan in [URGENT, *plans]:
-            if api.plan(NS, plan) is not None:
-                api.delete(API, "gpuallocationplans", plan, NS)
-        try:
-            wait_for("the plans gone", lambda: all(api.plan(NS, p) is None for p in [URGENT, *plans]), 300)
-        finally:
-            operator.stop()
+        remove_plans(api, [URGENT, *plans], operator)
     try:
         wait_for("the plans' pods gone", lambda: not api.pods(NS, "gpuplan.ragnaros.io/plan"), 300, 0.5)
         nan = float("nan")
@@ -837,6 +859,75 @@ def one_size(
     return result
 
 
+def in_turns(count: int) -> list[str]:
+    """The order of ``count`` rounds of the floor, the gated floor and the deploy: forward, then
+    backward (floor, gated floor, deploy, deploy, gated floor, floor, ...), so that a drift of
+    the control plane within the run favours no side."""
+    order: list[str] = []
+    for i in range(count):
+        order += KINDS if i % 2 == 0 else KINDS[::-1]
+    return order
+
+
+def ratios(order: list[str], took: list[float], over: str) -> list[float]:
+    """The deploy over ``over`` in each round (three runs after one another in ``order``)."""
+    out = []
+    for i in range(0, len(order) - len(KINDS) + 1, len(KINDS)):
+        by = dict(zip(order[i : i + len(KINDS)], took[i : i + len(KINDS)], strict=True))
+        out.append(by[DEPLOY] / by[over])
+    return out
+
+
+PLAIN, GATED, DEPLOY = "floor", "gated floor", "deploy"
+KINDS = [PLAIN, GATED, DEPLOY]
+
+
+def deploy_once(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> float:
+    """Start the operator, create the load's plans and time them until every pod runs on its
+    planned node; then delete them, stop the operator and wait until their pods are gone."""
+    plans = plan_names(nodes)
+    share = nodes // len(plans)
+    controllers_settled(api, "the deploy")
+    operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
+    operator.start(extra_env={METRICS_PORT_ENV: str(free_port())})
+    try:
+        start = time.monotonic()
+        create_load(api, plans, share)
+        counts = {p: instances(api.status(NS, p)) for p in plans}
+        wait_for("pods Running", lambda: all_on_planned_nodes(api, counts), 900, POD_POLL)
+        took = time.monotonic() - start
+    finally:
+        remove_plans(api, plans, operator)
+    wait_for("the plans' pods gone", lambda: not api.pods(NS, "gpuplan.ragnaros.io/plan"), 300, 0.5)
+    return took
+
+
+def in_rounds(api: Api, kubeconfig: str, nodes: int, log_dir: Path, count: int) -> dict[str, list[float]]:
+    """``--rounds``: the floor, the gated floor and the deploy, ``count`` times each in
+    :func:`in_turns` order on the same nodes; prints each run and returns the deploy's ratio
+    over each floor, round by round. The floors' Deployments are those an earlier full run saved."""
+    saved = OUT / f"floor-{nodes}.json"
+    if not saved.exists():
+        raise SystemExit(f"--rounds at {nodes} nodes needs {saved}: run the bench at that size once first")
+    bare = json.loads(saved.read_text())
+    names = bench_nodes(api, nodes)
+    order = in_turns(count)
+    took: list[float] = []
+    try:
+        for i, kind in enumerate(order):
+            if kind == PLAIN:
+                took.append(floor(api, bare, replicas(bare), POD_POLL))
+            elif kind == GATED:
+                took.append(gated_floor(api, bare, replicas(bare), POD_POLL, lambda _: None))
+            else:
+                took.append(deploy_once(api, kubeconfig, nodes, log_dir))
+            print(f"{nodes} nodes, run {i + 1} of {len(order)}: {kind} {took[-1]:.1f} s", flush=True)
+    finally:
+        for name in names:
+            api.delete("v1", "nodes", name)
+    return {over: ratios(order, took, over) for over in (PLAIN, GATED)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100,1000", help="node counts (default 100,1000)")
@@ -861,6 +952,14 @@ def main() -> None:
         help="the load's plans' spec.gang (default: the resource's default, plan; the urgent plan "
         "keeps it): with none, the deploy has no gates to lift and compares with the plain floor",
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="instead of the phases: the floor, the gated floor and the deploy N times each, in "
+        "turns (forward, then backward), and the deploy's ratio over each floor round by round: "
+        "one run's ratio moves by a tenth or more on this machine",
+    )
     args = ap.parse_args()
     global GANG, PROFILES
     GANG = args.gang
@@ -877,6 +976,16 @@ def main() -> None:
     api.start()
     clear_leftovers(api)
     OUT.mkdir(exist_ok=True)
+    if args.rounds:
+        for size in (int(s) for s in args.sizes.split(",")):
+            for over, got in in_rounds(api, kubeconfig, size, OUT, args.rounds).items():
+                print(
+                    f"{size} nodes: all Running over the {over}, round by round: "
+                    + ", ".join(f"{r:.2f}x" for r in got)
+                    + f"; median {statistics.median(got):.2f}x",
+                    flush=True,
+                )
+        return
     head = (
         "nodes",
         "plans",

@@ -1,5 +1,5 @@
 """The operator bench: new nodes left with the TTL the controller-manager wants at their size, the
-gated floors' Deployments and the node labels a gated hand-over writes."""
+gated floors' Deployments, the node labels a gated hand-over writes and the order of ``--rounds``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,20 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from operator_bench import FLOOR_KEY, PLAN_LABEL, floor_key, gated_deployments, label_changes, node_ttl, pins
+from operator_bench import (
+    DEPLOY,
+    FLOOR_KEY,
+    GATED,
+    PLAIN,
+    PLAN_LABEL,
+    floor_key,
+    gated_deployments,
+    in_turns,
+    label_changes,
+    node_ttl,
+    pins,
+    ratios,
+)
 
 
 @pytest.mark.parametrize(
@@ -72,3 +85,11 @@ def test_a_hand_over_sets_the_arriving_plans_labels_and_removes_the_leaving_ones
         "n5": {urgent: None},
     }
     assert label_changes(pins(after), pins(after)) == {}
+
+
+def test_rounds_take_turns_which_side_goes_first_and_compare_the_deploy_with_each_floor() -> None:
+    order = in_turns(2)
+    assert order == [PLAIN, GATED, DEPLOY, DEPLOY, GATED, PLAIN]
+    took = [80.0, 100.0, 120.0, 90.0, 75.0, 60.0]
+    assert ratios(order, took, GATED) == [1.2, 1.2]
+    assert ratios(order, took, PLAIN) == [1.5, 1.5]
