@@ -89,6 +89,15 @@ def phase(kube: FakeKube, name: str) -> str:
     return str(status_of(kube, name).get("phase"))
 
 
+def plan_pod(name: str, node_name: str, cards: int, of: str) -> dict[str, Any]:
+    """A pod of plan ``of``'s Deployments in namespace ``ns``, labelled as the operator labels them."""
+    labels = {"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": of}
+    return {
+        **pod(name, node_name, cards, labels),
+        "metadata": {"name": name, "namespace": "ns", "labels": labels},
+    }
+
+
 def a_plan_applied_then_its_first_node_cordoned() -> tuple[FakeKube, Cycle, ClusterCache, str]:
     """Plan ``a`` (8 cards on four P4 nodes) applied by a cycle, then the first node it uses
     cordoned in the API server (the cache not told yet)."""
@@ -170,9 +179,9 @@ def test_a_pod_that_changes_after_an_apply_found_its_plan_ready_is_looked_at_by_
     kube.put(PLANS_NS, plan("d", deploy=True, gang="none", **spec(8)))
     cycle, cache = cycle_on(kube)
     completed = cycle.service.complete
-    labels = {"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": "d"}
-    late = {**pod("d-0", "p4-0", 8, labels), "metadata": {"name": "d-0", "namespace": "ns", "labels": labels}}
+    late = plan_pod("d-0", "p4-0", 8, "d")
     late["status"] = {"phase": "Pending"}
+    labels = late["metadata"]["labels"]
 
     def ready_then_a_pod_changes(prepared: Any) -> Any:
         outcome = completed(prepared)
@@ -368,11 +377,7 @@ def test_a_re_plan_compares_with_the_cached_deployments_and_the_cache_follows_it
     writes = len(kube.writes)
     assert cycle.run().planned == [] and len(kube.writes) == writes
 
-    labels = {"app.kubernetes.io/managed-by": "gpuplan", "gpuplan.ragnaros.io/plan": "d"}
-    kube.put(
-        "api/v1/namespaces/ns/pods",
-        {**pod("d-0", "p4-0", 8, labels), "metadata": {"name": "d-0", "namespace": "ns", "labels": labels}},
-    )
+    kube.put("api/v1/namespaces/ns/pods", plan_pod("d-0", "p4-0", 8, "d"))
     assert cache.pods.replace(kube.request("GET", "/api/v1/pods")["items"])
     assert cycle.run().checked == 1  # its pods changed: readiness from the cached Deployments
     assert kube.deployment_lists == lists
