@@ -429,7 +429,11 @@ def lift_gates(api: Api, stop: threading.Event) -> int:
 
 
 def gated_floor(
-    api: Api, deployments: list[dict[str, Any]], pods: int, poll: float, phase: Callable[[str], None]
+    api: Api,
+    deployments: list[dict[str, Any]],
+    pods: int,
+    poll: float,
+    phase: Callable[[str], None] = lambda _: None,
 ) -> float:
     """The floor with the writes the resource itself asks for, and nothing decided: every planned
     node labelled, the Deployments (gated, pinned by that label) created with the labels, each
@@ -859,6 +863,10 @@ def one_size(
     return result
 
 
+PLAIN, GATED, DEPLOY = "floor", "gated floor", "deploy"
+KINDS = [PLAIN, GATED, DEPLOY]  # what --rounds times, in this order in its first round
+
+
 def in_turns(count: int) -> list[str]:
     """The order of ``count`` rounds of the floor, the gated floor and the deploy: forward, then
     backward (floor, gated floor, deploy, deploy, gated floor, floor, ...), so that a drift of
@@ -876,10 +884,6 @@ def ratios(order: list[str], took: list[float], over: str) -> list[float]:
         by = dict(zip(order[i : i + len(KINDS)], took[i : i + len(KINDS)], strict=True))
         out.append(by[DEPLOY] / by[over])
     return out
-
-
-PLAIN, GATED, DEPLOY = "floor", "gated floor", "deploy"
-KINDS = [PLAIN, GATED, DEPLOY]
 
 
 def deploy_once(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> float:
@@ -918,7 +922,7 @@ def in_rounds(api: Api, kubeconfig: str, nodes: int, log_dir: Path, count: int) 
             if kind == PLAIN:
                 took.append(floor(api, bare, replicas(bare), POD_POLL))
             elif kind == GATED:
-                took.append(gated_floor(api, bare, replicas(bare), POD_POLL, lambda _: None))
+                took.append(gated_floor(api, bare, replicas(bare), POD_POLL))
             else:
                 took.append(deploy_once(api, kubeconfig, nodes, log_dir))
             print(f"{nodes} nodes, run {i + 1} of {len(order)}: {kind} {took[-1]:.1f} s", flush=True)
