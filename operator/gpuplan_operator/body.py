@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from planner import API_VERSION, KIND, configmap_name, plan_label_key, plan_labels
+from planner import API_VERSION, GROUP, KIND, configmap_name, plan_label_key, plan_labels
+
+FINALIZER = f"{GROUP}/finalizer"  # kopf's, on every plan: the plan stays until its clean-up ran
 
 
 def _frozen(value: Any) -> Mapping[str, Any]:
@@ -63,6 +65,12 @@ class PlanBody:
     def resource_version(self) -> str:
         """Changes with every write to the plan, status included."""
         return str((self.raw.get("metadata") or {}).get("resourceVersion") or "")
+
+    @property
+    def guarded(self) -> bool:
+        """Does it carry :data:`FINALIZER`? Only then is its clean-up sure to run when it is
+        deleted: one deleted before kopf added it goes at once, with no handler called."""
+        return FINALIZER in ((self.raw.get("metadata") or {}).get("finalizers") or ())
 
     @property
     def label_key(self) -> str:

@@ -40,7 +40,7 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from gpuplan_operator.body import PlanBody
+from gpuplan_operator.body import FINALIZER, PlanBody
 from gpuplan_operator.cache.caches import ClusterCache
 from gpuplan_operator.cycle.loop import Wake, run_cycles
 from gpuplan_operator.cycle.session import Cycle
@@ -93,7 +93,7 @@ def post_event(plan: PlanBody, type_: str, reason: str, message: str) -> None:
 
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = DigestDiffBase(prefix=GROUP, key="last-handled-configuration")
     settings.posting.level = logging.INFO

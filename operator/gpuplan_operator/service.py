@@ -90,6 +90,9 @@ from planner import (
 from planner import plan as make_plan
 
 log = logging.getLogger("gpuplan_operator")
+# seconds a cleaned-up plan's uid is kept (:meth:`PlanService.cleaned_up`): far longer than any
+# watch lags (the caches re-open theirs every 15 s and drop one silent for 20 s)
+CLEANED_KEPT = 600.0
 
 EventFn = Callable[[PlanBody, str, str, str], None]  # (plan, type, reason, message)
 
@@ -222,6 +225,8 @@ class PlanService:
         # plan uid -> (generation, what the last render of it made): the next render of the same
         # spec takes every entry it did not move from it (:meth:`_render`)
         self._rendered: dict[str, tuple[int, Desired]] = {}
+        # plan uid -> monotonic time its clean-up ran (:meth:`cleaned_up`)
+        self._cleaned: dict[str, float] = {}
 
     # --- status -----------------------------------------------------------------------------
 
@@ -332,7 +337,10 @@ class PlanService:
         message = api_error_message(error)
         try:
             obj = cluster.read_plan(self.kube, plan.namespace, plan.name)
-            fresh = PlanBody.from_object(obj) if obj is not None else plan
+            if obj is None or str((obj.get("metadata") or {}).get("uid")) != plan.uid:
+                log.info("%s: gone while it was written (%s)", plan.ref, message)
+                return Outcome(Phase.ERROR, f"apply failed: {message}")
+            fresh = PlanBody.from_object(obj)
             new = st.error_status(fresh.status, plan.generation, message, self.clock())
             return self._finish(fresh, new, Reason.API_ERROR, warn=True)
         except ApiException as again:  # e.g. the API server is down: retried all the same
@@ -754,6 +762,11 @@ class PlanService:
 
     # --- deletion ---------------------------------------------------------------------------
 
+    def cleaned_up(self, plan: PlanBody) -> bool:
+        """Has the plan's clean-up run? Then nothing is written for it again, whatever a cache
+        fed by a watch other than kopf's still says of it (not yet being deleted)."""
+        return plan.uid in self._cleaned
+
     def cleanup(self, obj: Mapping[str, Any]) -> Changes:
         """Remove everything the plan wrote (its finalizer keeps it until this succeeds)."""
         plan = PlanBody.from_object(obj)
@@ -761,6 +774,9 @@ class PlanService:
             self._landed.pop(plan.uid, None)
             self._last_status.pop(plan.uid, None)
             self._rendered.pop(plan.uid, None)
+            now = time.monotonic()
+            self._cleaned = {u: t for u, t in self._cleaned.items() if now - t < CLEANED_KEPT}
+            self._cleaned[plan.uid] = now
             in_use = reserve.priority_classes_in_use(cluster.list_plans(self.kube), plan.uid)
             observed = cluster.read_for_cleanup(self.kube, plan)
             writes = cleanup_writes(plan, observed, in_use)

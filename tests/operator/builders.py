@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuplan_operator.body import FINALIZER
+
 from planner.base.vocab import GROUP, PLURAL, VERSION
 from tests.operator.fake_kube import FakeKube
 
@@ -43,7 +45,13 @@ def plan(name: str = "p", uid: str | None = None, generation: int = 1, **spec: A
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "GpuAllocationPlan",
-        "metadata": {"name": name, "namespace": "ns", "uid": uid or f"uid-{name}", "generation": generation},
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid or f"uid-{name}",
+            "generation": generation,
+            "finalizers": [FINALIZER],  # what kopf adds first: the operator writes no plan without it
+        },
         "spec": spec,
     }
 

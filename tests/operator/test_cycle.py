@@ -14,6 +14,7 @@ from gpuplan_operator.cluster import of_plan
 from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others
 from gpuplan_operator.cycle.session import Cycle, Report
 from gpuplan_operator.service import Options, PlanService
+from gpuplan_operator.status import Phase
 
 from tests.operator.builders import NODES, NOW, PLANS_NS, cluster, node, plan, pod
 from tests.operator.fake_kube import FakeKube
@@ -570,7 +571,6 @@ def test_the_readiness_of_several_plans_is_checked_side_by_side() -> None:
 
     from gpuplan_operator.cycle.session import _Memory
     from gpuplan_operator.service import Outcome
-    from gpuplan_operator.status import Phase
 
     kube = cluster(node("p4-0"))
     cycle, _ = cycle_on(kube)
@@ -607,3 +607,81 @@ def test_a_cycle_says_how_long_the_change_that_called_for_it_waited(caplog: pyte
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cycle: planned")]
     waited = float(line.split("ns/a ")[1].split("s after the change that called for it")[0])
     assert 0.75 <= waited < 5
+
+
+def labels_of(kube: FakeKube, name: str) -> dict[str, str]:
+    """node -> the value of plan ``name``'s label there."""
+    key = f"gpuplan.ragnaros.io/ns.{name}"
+    return {
+        n["metadata"]["name"]: n["metadata"]["labels"][key]
+        for n in kube.items(NODES)
+        if key in n["metadata"]["labels"]
+    }
+
+
+def test_a_plan_without_the_finalizer_yet_is_written_once_kopf_has_added_it() -> None:
+    """A plan deleted before kopf gave it the finalizer goes at once, and no clean-up runs for it:
+    what a cycle had written for it meanwhile stayed (a node label, in the chaos suite). The
+    cycle writes a plan only once it carries the finalizer; kopf's patch adding it wakes the
+    next cycle, which plans it as new."""
+    kube = cluster(*[node(f"p4-{i}") for i in range(2)])
+    bare = plan("a", **spec(2))
+    bare["metadata"]["finalizers"] = []
+    kube.put(PLANS_NS, bare)
+    cycle, cache = cycle_on(kube)
+    assert cycle.run().planned == []
+    assert kube.writes == [] and labels_of(kube, "a") == {}
+
+    guarded = kube.put(PLANS_NS, plan("a", **spec(2)))  # kopf's patch, then its watch event
+    assert cache.plans.apply("MODIFIED", guarded)
+    assert cycle.run().planned == ["ns/a"]
+    assert phase(kube, "a") == "Applied" and labels_of(kube, "a")
+
+
+def test_a_plan_whose_clean_up_ran_is_not_written_again_while_the_cache_still_holds_it() -> None:
+    """The clean-up (kopf's deletion handler) and the cache read the plans through watches of
+    their own: the cache may still hold the plan as it was, not being deleted, after its clean-up
+    ran. A cycle then re-planned it (a cordon: every plan is planned) and wrote its labels again,
+    and the finalizer went with nothing left to remove them."""
+    kube, cycle, cache, victim = a_plan_applied_then_its_first_node_cordoned()
+    assert labels_of(kube, "a")
+    gone = kube.get_obj(PLANS_NS, "a") or {}
+    gone["metadata"]["deletionTimestamp"] = NOW  # in the API server; the cache not told yet
+    cycle.service.cleanup(gone)
+    assert labels_of(kube, "a") == {}
+    assert cache.nodes.apply("MODIFIED", kube.get_obj(NODES, victim) or {})  # the cordon arrives
+    cycle.run()
+    assert labels_of(kube, "a") == {}
+
+
+class DeletedOnStatus(FakeKube):
+    """Plan ``gone`` is deleted (its finalizer removed by hand) the moment its status is written."""
+
+    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if method == "PATCH" and path.endswith("/gone/status"):
+            self.objects.pop((PLANS_NS, "gone"), None)
+        return super().request(method, path, **kw)
+
+
+def test_a_plan_gone_when_its_status_is_written_fails_alone() -> None:
+    """One plan's status answering 404 (deleted meanwhile) is that plan's failure: the plans
+    written beside it were said to have failed with its error (``Error``, an ``ApiError`` Event
+    naming the other plan) and were written again after a backoff."""
+    kube = DeletedOnStatus()
+    for i in range(2):
+        kube.put(NODES, node(f"p4-{i}"))
+    for name in ("a", "gone", "z"):
+        kube.put(PLANS_NS, plan(name, **spec(2)))
+    posted: list[tuple[str, str, str]] = []
+    cache = listed(kube)
+    svc = PlanService(
+        kube,
+        Options(plan_seconds=5, polish_seconds=0.2),
+        lambda p, t, r, m: posted.append((p.name, r, m)),
+        clock=lambda: NOW,
+    )
+    cycle = Cycle(svc, cache)
+    assert sorted(cycle.run().planned) == ["ns/a", "ns/gone", "ns/z"]
+    assert phase(kube, "a") == "Applied" and phase(kube, "z") == "Applied"
+    assert not [e for e in posted if e[0] != "gone" and "gone" in e[2]], posted
+    assert cycle.memory["uid-a"].phase is Phase.APPLIED and cycle.memory["uid-gone"].phase is Phase.ERROR

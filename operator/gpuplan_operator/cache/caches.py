@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gpuplan_operator.body import PlanBody
+from gpuplan_operator.body import FINALIZER, PlanBody
 from gpuplan_operator.cache import trim
 from gpuplan_operator.cache.informer import RESYNC, SILENCE, WATCH_SECONDS, Informer, Watcher
 from gpuplan_operator.cache.store import Store, key_of
@@ -67,9 +67,11 @@ def _pod_plan(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def _plan_fingerprint(plan: Mapping[str, Any]) -> Any:
-    """A plan matters to the cycle when its spec (generation) changes, it goes, or it is deleted."""
+    """A plan matters to the cycle when its spec (generation) changes, it goes, it is deleted, or
+    kopf gives it the finalizer (the cycle writes no plan before that)."""
     meta = plan.get("metadata") or {}
-    return (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")))
+    guarded = FINALIZER in (meta.get("finalizers") or ())
+    return (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")), guarded)
 
 
 def _plan(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,7 +40,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
+
+from kubernetes.client.exceptions import ApiException
 
 from gpuplan_operator import reserve
 from gpuplan_operator.apply import Meanwhile, in_context
@@ -50,6 +52,9 @@ from gpuplan_operator.cycle.order import created
 from gpuplan_operator.service import Outcome, PlanService, Prepared, previous_of
 from gpuplan_operator.status import Phase
 from planner import Desired, PlanSpec, Shared, Snapshot, plan_together, snapshot
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 PARALLEL_READS = 8  # plans whose objects are read at once (the connection pool's size)
 PARALLEL_PLANS = 3  # plans written at once (each sends up to 8 writes at a time itself)
@@ -181,8 +186,9 @@ def hand_over(
         t, answer, result, desired = item
         return service.prepare(t.plan, t.spec, result, nodes, in_use, desired, shared=answer)
 
+    prepare_one = alone(service, lambda item: item[0].plan, prepare)
     with ThreadPoolExecutor(max_workers=PARALLEL_READS, thread_name_prefix="gpuplan-read") as pool:
-        for (t, *_), got in zip(rendered, pool.map(in_context(prepare), rendered), strict=True):
+        for (t, *_), got in zip(rendered, pool.map(in_context(prepare_one), rendered), strict=True):
             if isinstance(got, Outcome):
                 outcomes[t.plan.uid] = got
             else:
@@ -192,12 +198,13 @@ def hand_over(
     stages["read and compare"] = time.perf_counter() - begun - stages["render"]
     writing = time.perf_counter()
     for p in prepared:
-        if (failed := service.hand_over(p)) is not None:
+        if (failed := alone(service, _plan_of, service.hand_over)(p)) is not None:
             outcomes[p.plan.uid] = failed
     if placing is not None:
         placing({p.plan.ref: service.applied_of(p) for p in prepared if p.plan.uid not in outcomes})
     with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-apply") as pool:
-        for p, failed in zip(prepared, pool.map(in_context(service.write_rest), prepared), strict=True):
+        write_rest = alone(service, _plan_of, service.write_rest)
+        for p, failed in zip(prepared, pool.map(in_context(write_rest), prepared), strict=True):
             if failed is not None:
                 outcomes[p.plan.uid] = failed
 
@@ -208,6 +215,7 @@ def hand_over(
             return None
         return service.complete(p)
 
+    finish_one = alone(service, lambda item: item[1].plan, finish)
     stages["writes"] = time.perf_counter() - writing
     statuses = time.perf_counter()
     # the gates of pods made late in the writes (or waiting for cards a leaving pod frees
@@ -218,11 +226,31 @@ def hand_over(
     with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-status") as pool:
         for group in release_rounds(prepared):
             group = [(step, p) for step, p in group if p.plan.uid not in outcomes]
-            for (_, p), outcome in zip(group, awaiting.map(pool, in_context(finish), group), strict=True):
+            for (_, p), outcome in zip(group, awaiting.map(pool, in_context(finish_one), group), strict=True):
                 if outcome is not None:
                     outcomes[p.plan.uid] = outcome
     stages["statuses"] = time.perf_counter() - statuses
     return outcomes
+
+
+def _plan_of(prepared: Prepared) -> PlanBody:
+    return prepared.plan
+
+
+def alone(
+    service: PlanService, plan_of: Callable[[_T], PlanBody], step: Callable[[_T], _R]
+) -> Callable[[_T], _R | Outcome]:
+    """``step`` for one plan, whose API errors are that plan's outcome (``Error``, retried after a
+    backoff), not the cycle's: a plan deleted while it was written answers 404 to its status,
+    and every plan written beside it was once reported failed with that plan's error."""
+
+    def run(item: _T) -> _R | Outcome:
+        try:
+            return step(item)
+        except ApiException as e:
+            return service.errored(plan_of(item), e)
+
+    return run
 
 
 def _delta(prepared: Prepared) -> dict[tuple[str, str], int]:

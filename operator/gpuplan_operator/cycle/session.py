@@ -3,8 +3,11 @@
 Notes
 -----
 The cycle holds the service's lock from the snapshot to the last status, so no deletion's
-clean-up runs in the middle of it. It reads nothing from the API server to plan: the snapshot
-is :meth:`~gpuplan_operator.cache.caches.ClusterCache.read`. Plans are visited in
+clean-up runs in the middle of it. It writes only plans that carry kopf's finalizer and whose
+clean-up has not run (:meth:`Cycle._writable`): whatever it writes, a clean-up removes.
+
+It reads nothing from the API server to plan: the snapshot is
+:meth:`~gpuplan_operator.cache.caches.ClusterCache.read`. Plans are visited in
 :func:`~.order.admission_order`; each is planned against what the plans before it were just
 given (their status goes into the cache as soon as it is written) and what the plans after it
 hold now. A plan whose :class:`~.order.Inputs` did not change is neither planned nor written.
@@ -167,7 +170,7 @@ class Cycle:
             cluster = self._cluster_inputs(read, report)
             for uid in set(self.memory) - {p.uid for p in read.plans}:
                 del self.memory[uid]
-            order = [p for p in admission_order(read.plans) if self.serves(p)]
+            order = [p for p in admission_order(read.plans) if self.serves(p) and self._writable(p)]
             due = self._due(order, cluster, read, report)
             taking, alone = self._parse([p for p in order if p.uid in due], report)
             report.took["inputs"] = time.perf_counter() - snapped
@@ -329,6 +332,13 @@ class Cycle:
     def serves(self, plan: PlanBody) -> bool:
         return self._serves_namespace(plan.namespace)
 
+    def _writable(self, plan: PlanBody) -> bool:
+        """May the cycle write the plan? Only once it carries kopf's finalizer (a plan deleted
+        before that goes at once, and no clean-up would remove what a cycle wrote for it; kopf's
+        patch adding it wakes the next cycle) and while its clean-up has not run (this cache
+        may not have heard of the deletion yet). Either way it holds what its status says."""
+        return plan.guarded and not self.service.cleaned_up(plan)
+
     def _serves_namespace(self, namespace: str | None) -> bool:
         """``--namespace`` takes names and globs (``team-*``), as kopf's own watches do."""
         return not self.namespaces or any(fnmatchcase(str(namespace), n) for n in self.namespaces)
@@ -430,7 +440,12 @@ class Cycle:
         due: list[tuple[_Memory, PlanBody, int]] = []
         for uid, plan in plans.items():
             memory = self.memory.get(uid)
-            if plan.deleting or memory is None or memory.phase is not Phase.APPLIED:
+            if (
+                plan.deleting
+                or not self._writable(plan)
+                or memory is None
+                or memory.phase is not Phase.APPLIED
+            ):
                 continue
             pods = self._pods(plan)
             if plan.ref in planned or (memory.ready and pods == memory.pods):
