@@ -427,6 +427,27 @@ def patch_plan_status(kube: KubeApi, namespace: str, name: str, patch: Mapping[s
     )
 
 
+def add_finalizer(kube: KubeApi, plan: Mapping[str, Any], finalizer: str) -> JSON | None:
+    """Add ``finalizer`` to the plan as it was read: the plan as the API server returned it, or
+    None when it changed meanwhile (409/422: the ``resourceVersion`` test failed; its watch
+    event brings the change) or is gone (404)."""
+    meta = plan.get("metadata") or {}
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")}
+    ]
+    if meta.get("finalizers"):
+        ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer})
+    else:
+        ops.append({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]})
+    path = path_for(PLAN_API, PLURAL, str(meta.get("name")), str(meta.get("namespace")))
+    try:
+        return kube.json_patch(path, ops, FIELD_MANAGER)
+    except ApiException as e:
+        if e.status in (404, 409, 422):
+            return None
+        raise
+
+
 def release_gate(kube: KubeApi, pod: Mapping[str, Any], at: str) -> JSON | None:
     """Lift the gang gate of ``pod`` as it was read, and note when: the pod as the API server
     returned it, or None when it changed meanwhile (409/422: the ``resourceVersion`` test failed)

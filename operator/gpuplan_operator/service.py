@@ -52,7 +52,7 @@ from kubernetes.client.exceptions import ApiException
 from gpuplan_operator import cluster, reserve
 from gpuplan_operator import status as st
 from gpuplan_operator.apply import Landed, perform
-from gpuplan_operator.body import PlanBody
+from gpuplan_operator.body import FINALIZER, PlanBody
 from gpuplan_operator.gang import GangCode, GangDecision
 from gpuplan_operator.kube import KubeApi, api_error_message
 from gpuplan_operator.metrics import PLAN_STATUS, Metrics, Trigger
@@ -761,6 +761,21 @@ class PlanService:
         return True
 
     # --- deletion ---------------------------------------------------------------------------
+
+    def guard(self, plan: PlanBody) -> bool:
+        """Give the plan the finalizer, as kopf does when it first handles it, before anything is
+        written for it (kopf adds it only as it handles an event of the plan, and after a failed
+        attempt waits for the next one: the plan's first status was that event). True when it
+        landed (the caches hear of it), False when the plan changed meanwhile, is gone, or the
+        API server refused (then the cycle tries again)."""
+        try:
+            written = cluster.add_finalizer(self.kube, plan.raw, FINALIZER)
+        except ApiException as e:
+            log.warning("%s: adding the finalizer failed: %s", plan.ref, api_error_message(e))
+            return False
+        if written is not None and self.on_status is not None:
+            self.on_status(written)
+        return written is not None
 
     def cleaned_up(self, plan: PlanBody) -> bool:
         """Has the plan's clean-up run? Then nothing is written for it again, whatever a cache

@@ -44,6 +44,8 @@ def _json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> None:
         if op["op"] == "test":
             if at.get(last) != op["value"]:
                 raise ApiException(status=422, reason="test failed")
+        elif op["op"] == "add" and isinstance(at, list):  # "-" appends, an index inserts
+            at.insert(len(at) if last == "-" else int(last), copy.deepcopy(op["value"]))
         elif op["op"] in ("add", "replace"):
             at[last] = copy.deepcopy(op["value"])
         elif op["op"] == "remove":

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from gpuplan_operator.body import PlanBody
+from gpuplan_operator.body import FINALIZER, PlanBody
 from gpuplan_operator.cache.caches import ClusterCache
 from gpuplan_operator.cluster import of_plan
 from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others
@@ -619,23 +619,28 @@ def labels_of(kube: FakeKube, name: str) -> dict[str, str]:
     }
 
 
-def test_a_plan_without_the_finalizer_yet_is_written_once_kopf_has_added_it() -> None:
-    """A plan deleted before kopf gave it the finalizer goes at once, and no clean-up runs for it:
+def test_a_plan_is_given_the_finalizer_before_anything_is_written_for_it() -> None:
+    """A plan deleted before it carries the finalizer goes at once, and no clean-up runs for it:
     what a cycle had written for it meanwhile stayed (a node label, in the chaos suite). The
-    cycle writes a plan only once it carries the finalizer; kopf's patch adding it wakes the
-    next cycle, which plans it as new."""
+    cycle gives it the finalizer first, as kopf would (kopf adds it only while it handles an
+    event of the plan), and writes nothing for it when that fails; a cycle soon after tries again."""
     kube = cluster(*[node(f"p4-{i}") for i in range(2)])
     bare = plan("a", **spec(2))
-    bare["metadata"]["finalizers"] = []
+    bare["metadata"]["finalizers"] = ["someone.else/keep"]
     kube.put(PLANS_NS, bare)
     cycle, cache = cycle_on(kube)
-    assert cycle.run().planned == []
+    kube.fail_on = "gpuallocationplans/a"  # the finalizer's patch answers 500
+    report = cycle.run()
+    assert report.planned == [] and report.wake_in is not None and report.wake_in <= 2.0
     assert kube.writes == [] and labels_of(kube, "a") == {}
 
-    guarded = kube.put(PLANS_NS, plan("a", **spec(2)))  # kopf's patch, then its watch event
-    assert cache.plans.apply("MODIFIED", guarded)
+    kube.fail_on = None
     assert cycle.run().planned == ["ns/a"]
+    obj = kube.get_obj(PLANS_NS, "a") or {}
+    assert obj["metadata"]["finalizers"] == ["someone.else/keep", FINALIZER]
+    assert kube.writes[0] == ("PATCH", f"/{PLANS_NS}/a")  # before any other write
     assert phase(kube, "a") == "Applied" and labels_of(kube, "a")
+    assert cache.plan("ns", "a").guarded  # type: ignore[union-attr]
 
 
 def test_a_plan_whose_clean_up_ran_is_not_written_again_while_the_cache_still_holds_it() -> None:

@@ -3,8 +3,9 @@
 Notes
 -----
 The cycle holds the service's lock from the snapshot to the last status, so no deletion's
-clean-up runs in the middle of it. It writes only plans that carry kopf's finalizer and whose
-clean-up has not run (:meth:`Cycle._writable`): whatever it writes, a clean-up removes.
+clean-up runs in the middle of it. It writes a plan only once it carries kopf's finalizer (given
+first where kopf has not yet) and never after its clean-up ran: whatever it writes, a clean-up
+removes.
 
 It reads nothing from the API server to plan: the snapshot is
 :meth:`~gpuplan_operator.cache.caches.ClusterCache.read`. Plans are visited in
@@ -49,7 +50,14 @@ from gpuplan_operator.apply import in_context
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cache.caches import ClusterCache
 from gpuplan_operator.cluster import ClusterRead
-from gpuplan_operator.cycle.actions import PARALLEL_PLANS, Taking, allocate, hand_over, joint_snapshot
+from gpuplan_operator.cycle.actions import (
+    PARALLEL_PLANS,
+    PARALLEL_READS,
+    Taking,
+    allocate,
+    hand_over,
+    joint_snapshot,
+)
 from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others
 from gpuplan_operator.follow import backoff
 from gpuplan_operator.gang import GangCode, is_gated
@@ -127,6 +135,8 @@ class Cycle:
         # uid -> its pods' stamp taken with this cycle's snapshot, before any readiness check of
         # the cycle read them (:meth:`_record`)
         self._stamps: dict[str, int] = {}
+        # uid -> failed attempts to give the plan its finalizer (:meth:`_guard`)
+        self._unguarded: dict[str, int] = {}
         # the last round during the writes: when it ended, how many pods had gone from the
         # cache before it, and whether it left a plan waiting for cards (:meth:`_round_due`)
         self._round_at = -math.inf
@@ -168,9 +178,14 @@ class Cycle:
             at = utcnow()
             snapped = time.perf_counter()
             cluster = self._cluster_inputs(read, report)
-            for uid in set(self.memory) - {p.uid for p in read.plans}:
+            present = {p.uid for p in read.plans}
+            for uid in set(self.memory) - present:
                 del self.memory[uid]
+            for uid in set(self._unguarded) - present:
+                del self._unguarded[uid]
             order = [p for p in admission_order(read.plans) if self.serves(p) and self._writable(p)]
+            if any(not p.guarded for p in order):
+                order = self._guard(order, report)
             due = self._due(order, cluster, read, report)
             taking, alone = self._parse([p for p in order if p.uid in due], report)
             report.took["inputs"] = time.perf_counter() - snapped
@@ -333,11 +348,30 @@ class Cycle:
         return self._serves_namespace(plan.namespace)
 
     def _writable(self, plan: PlanBody) -> bool:
-        """May the cycle write the plan? Only once it carries kopf's finalizer (a plan deleted
-        before that goes at once, and no clean-up would remove what a cycle wrote for it; kopf's
-        patch adding it wakes the next cycle) and while its clean-up has not run (this cache
-        may not have heard of the deletion yet). Either way it holds what its status says."""
-        return plan.guarded and not self.service.cleaned_up(plan)
+        """May the cycle write the plan? Not once its clean-up has run (this cache may not have
+        heard of the deletion yet); it holds what its status says until it is gone."""
+        return not self.service.cleaned_up(plan)
+
+    def _guard(self, order: list[PlanBody], report: Report) -> list[PlanBody]:
+        """The plans of ``order`` that carry the finalizer, given it where they do not yet: a
+        plan deleted without it goes at once, and no clean-up would remove what a cycle wrote
+        for it. One that could not be given it is left for a cycle soon after."""
+        bare = [p for p in order if not p.guarded]
+        with ThreadPoolExecutor(max_workers=PARALLEL_READS, thread_name_prefix="gpuplan-guard") as pool:
+            landed = dict(zip([p.uid for p in bare], pool.map(self.service.guard, bare), strict=True))
+        out = []
+        for plan in order:
+            if plan.guarded:
+                out.append(plan)
+            elif landed[plan.uid]:
+                out.append(self.cache.plan(plan.namespace, plan.name) or plan)
+            else:
+                failures = self._unguarded[plan.uid] = self._unguarded.get(plan.uid, 0) + 1
+                report.soon(backoff(failures))
+        for plan in bare:
+            if landed[plan.uid]:
+                self._unguarded.pop(plan.uid, None)
+        return out
 
     def _serves_namespace(self, namespace: str | None) -> bool:
         """``--namespace`` takes names and globs (``team-*``), as kopf's own watches do."""
