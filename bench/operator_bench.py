@@ -57,7 +57,8 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -746,6 +747,38 @@ def bench_nodes(api: Api, nodes: int) -> list[str]:
     return names
 
 
+@dataclass(frozen=True)
+class Arrival:
+    """The higher-priority plan's arrival: seconds until every plan's pods ran on their planned
+    nodes, its pods, the instances the others moved, and the floors' Deployments before and after."""
+
+    took: float
+    urgent_pods: int
+    moved: int
+    before: list[dict[str, Any]]
+    after: list[dict[str, Any]]
+
+
+def urgent_arrives(api: Api, plans: list[str], nodes: int, settled: Callable[[], object]) -> Arrival:
+    """With ``plans`` applied and running: ``settled()``, then create the urgent plan and time it
+    until every plan's pods (the urgent plan's, and the others' after they handed cards over)
+    run on their planned nodes."""
+    before = {p: api.status(NS, p) for p in plans}
+    bare_before = [d for p in plans for d in bare_deployments(api, label_key(NS, p), p)]
+    settled()
+    start = time.monotonic()
+    create_plan(api, URGENT, urgent_spec(nodes))
+    wait_applied(api, URGENT)
+    urgent_pods = instances(api.status(NS, URGENT))
+    after = {p: api.status(NS, p) for p in plans}
+    wanted = {p: instances(st) for p, st in after.items()} | {URGENT: urgent_pods}
+    wait_for("every plan's pods Running", lambda: all_on_planned_nodes(api, wanted), 900, POD_POLL)
+    took = time.monotonic() - start
+    moved = sum(moved_instances(before[p], after[p]) for p in plans)
+    bare_after = [d for p in [*plans, URGENT] for d in bare_deployments(api, label_key(NS, p), p)]
+    return Arrival(took, urgent_pods, moved, bare_before, bare_after)
+
+
 def one_size(
     api: Api, kubeconfig: str, nodes: int, log_dir: Path, floors: bool = True, floor_before: bool = False
 ) -> dict[str, Any]:
@@ -819,22 +852,17 @@ def one_size(
         # a plan of higher priority arrives: the first ones hand cards over, then all run
         wait_for("the uncordon seen", lambda: all_on_planned_nodes(api, counts), 300, poll)
         time.sleep(3)  # past the debounce: the uncordon's cycle is done
-        before = {p: api.status(NS, p) for p in plans}
-        bare_before = [d for p in plans for d in bare_deployments(api, label_key(NS, p), p)]
-        controllers_settled(api, "the urgent plan")
-        phase("uncordon")
-        start = time.monotonic()
-        create_plan(api, URGENT, urgent_spec(nodes))
-        wait_applied(api, URGENT)
-        urgent_pods = instances(api.status(NS, URGENT))
-        after = {p: api.status(NS, p) for p in plans}
-        wanted = {p: instances(st) for p, st in after.items()} | {URGENT: urgent_pods}
-        wait_for("every plan's pods Running", lambda: all_on_planned_nodes(api, wanted), 900, poll)
-        result["urgent_running"] = time.monotonic() - start
-        result["urgent_pods"] = urgent_pods
-        result["handed_over"] = sum(moved_instances(before[p], after[p]) for p in plans)
+
+        def settled() -> None:
+            controllers_settled(api, "the urgent plan")
+            phase("uncordon")
+
+        arrival = urgent_arrives(api, plans, nodes, settled)
+        result["urgent_running"] = arrival.took
+        result["urgent_pods"] = arrival.urgent_pods
+        result["handed_over"] = arrival.moved
         phase("urgent")
-        bare_after = [d for p in [*plans, URGENT] for d in bare_deployments(api, label_key(NS, p), p)]
+        bare_before, bare_after = arrival.before, arrival.after
     finally:
         remove_plans(api, [URGENT, *plans], operator)
     try:
@@ -865,24 +893,29 @@ def one_size(
 
 PLAIN, GATED, DEPLOY = "floor", "gated floor", "deploy"
 KINDS = [PLAIN, GATED, DEPLOY]  # what --rounds times, in this order in its first round
+# ... and with --hand-over: the operator's first (its run gives the floors their Deployments)
+HAND_PLAIN, HAND_GATED, HAND_OVER = "hand-over floor", "gated hand-over floor", "hand-over"
+HAND_KINDS = [HAND_OVER, HAND_GATED, HAND_PLAIN]
 
 
-def in_turns(count: int) -> list[str]:
-    """The order of ``count`` rounds of the floor, the gated floor and the deploy: forward, then
-    backward (floor, gated floor, deploy, deploy, gated floor, floor, ...), so that a drift of
-    the control plane within the run favours no side."""
+def in_turns(count: int, kinds: Sequence[str] = KINDS) -> list[str]:
+    """The order of ``count`` rounds of ``kinds``: forward, then backward (floor, gated floor,
+    deploy, deploy, gated floor, floor, ...), so that a drift of the control plane within the run
+    favours no side."""
     order: list[str] = []
     for i in range(count):
-        order += KINDS if i % 2 == 0 else KINDS[::-1]
+        order += kinds if i % 2 == 0 else kinds[::-1]
     return order
 
 
-def ratios(order: list[str], took: list[float], over: str) -> list[float]:
-    """The deploy over ``over`` in each round (three runs after one another in ``order``)."""
+def ratios(order: list[str], took: list[float], over: str, kinds: Sequence[str] = KINDS) -> list[float]:
+    """The operator's run (the kind of ``kinds`` that is no floor) over ``over`` in each round
+    (``len(kinds)`` runs after one another in ``order``)."""
+    subject = next(k for k in kinds if "floor" not in k)
     out = []
-    for i in range(0, len(order) - len(KINDS) + 1, len(KINDS)):
-        by = dict(zip(order[i : i + len(KINDS)], took[i : i + len(KINDS)], strict=True))
-        out.append(by[DEPLOY] / by[over])
+    for i in range(0, len(order) - len(kinds) + 1, len(kinds)):
+        by = dict(zip(order[i : i + len(kinds)], took[i : i + len(kinds)], strict=True))
+        out.append(by[subject] / by[over])
     return out
 
 
@@ -906,30 +939,63 @@ def deploy_once(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> float:
     return took
 
 
-def in_rounds(api: Api, kubeconfig: str, nodes: int, log_dir: Path, count: int) -> dict[str, list[float]]:
-    """``--rounds``: the floor, the gated floor and the deploy, ``count`` times each in
-    :func:`in_turns` order on the same nodes; prints each run and returns the deploy's ratio
-    over each floor, round by round. The floors' Deployments are those an earlier full run saved."""
+def hand_over_once(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> Arrival:
+    """Start the operator, apply the load and wait until its pods run (not timed), then time the
+    urgent plan's arrival (:func:`urgent_arrives`); then delete the plans, stop the operator and
+    wait until their pods are gone."""
+    plans = plan_names(nodes)
+    controllers_settled(api, "the load")
+    operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
+    operator.start(extra_env={METRICS_PORT_ENV: str(free_port())})
+    try:
+        create_load(api, plans, nodes // len(plans))
+        counts = {p: instances(api.status(NS, p)) for p in plans}
+        wait_for("pods Running", lambda: all_on_planned_nodes(api, counts), 900, POD_POLL)
+        arrival = urgent_arrives(api, plans, nodes, lambda: controllers_settled(api, "the urgent plan"))
+    finally:
+        remove_plans(api, [URGENT, *plans], operator)
+    wait_for("the plans' pods gone", lambda: not api.pods(NS, "gpuplan.ragnaros.io/plan"), 300, 0.5)
+    return arrival
+
+
+def in_rounds(
+    api: Api, kubeconfig: str, nodes: int, log_dir: Path, count: int, hand: bool = False
+) -> dict[str, list[float]]:
+    """``--rounds``: the floor, the gated floor and the deploy (``hand``: the hand-over and its two
+    floors), ``count`` times each in :func:`in_turns` order on the same nodes; prints each run and
+    returns the operator's ratio over each floor, round by round. The deploy's floors run the
+    Deployments an earlier full run saved; the hand-over's those of the first hand-over."""
     saved = OUT / f"floor-{nodes}.json"
-    if not saved.exists():
+    if not hand and not saved.exists():
         raise SystemExit(f"--rounds at {nodes} nodes needs {saved}: run the bench at that size once first")
-    bare = json.loads(saved.read_text())
+    bare = [] if hand else json.loads(saved.read_text())
     names = bench_nodes(api, nodes)
-    order = in_turns(count)
+    kinds = HAND_KINDS if hand else KINDS
+    order = in_turns(count, kinds)
     took: list[float] = []
+    first: Arrival | None = None
     try:
         for i, kind in enumerate(order):
             if kind == PLAIN:
                 took.append(floor(api, bare, replicas(bare), POD_POLL))
             elif kind == GATED:
                 took.append(gated_floor(api, bare, replicas(bare), POD_POLL))
-            else:
+            elif kind == DEPLOY:
                 took.append(deploy_once(api, kubeconfig, nodes, log_dir))
+            elif kind == HAND_OVER:
+                arrival = hand_over_once(api, kubeconfig, nodes, log_dir)
+                first = first or arrival
+                took.append(arrival.took)
+            else:
+                assert first is not None  # the hand-over runs first
+                timed = hand_over_floor if kind == HAND_PLAIN else gated_hand_over_floor
+                took.append(timed(api, first.before, first.after, POD_POLL))
             print(f"{nodes} nodes, run {i + 1} of {len(order)}: {kind} {took[-1]:.1f} s", flush=True)
     finally:
         for name in names:
             api.delete("v1", "nodes", name)
-    return {over: ratios(order, took, over) for over in (PLAIN, GATED)}
+    floors = [k for k in kinds if "floor" in k]
+    return {over: ratios(order, took, over, kinds) for over in floors}
 
 
 def main() -> None:
@@ -964,6 +1030,12 @@ def main() -> None:
         "turns (forward, then backward), and the deploy's ratio over each floor round by round: "
         "one run's ratio moves by a tenth or more on this machine",
     )
+    ap.add_argument(
+        "--hand-over",
+        action="store_true",
+        help="with --rounds: time the higher-priority plan's arrival (the load running, not timed) "
+        "and its two floors instead of the deploy",
+    )
     args = ap.parse_args()
     global GANG, PROFILES
     GANG = args.gang
@@ -982,7 +1054,7 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     if args.rounds:
         for size in (int(s) for s in args.sizes.split(",")):
-            for over, got in in_rounds(api, kubeconfig, size, OUT, args.rounds).items():
+            for over, got in in_rounds(api, kubeconfig, size, OUT, args.rounds, args.hand_over).items():
                 print(
                     f"{size} nodes: all Running over the {over}, round by round: "
                     + ", ".join(f"{r:.2f}x" for r in got)

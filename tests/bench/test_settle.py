@@ -15,6 +15,10 @@ from operator_bench import (
     DEPLOY,
     FLOOR_KEY,
     GATED,
+    HAND_GATED,
+    HAND_KINDS,
+    HAND_OVER,
+    HAND_PLAIN,
     PLAIN,
     PLAN_LABEL,
     floor_key,
@@ -93,3 +97,11 @@ def test_rounds_take_turns_which_side_goes_first_and_compare_the_deploy_with_eac
     took = [80.0, 100.0, 120.0, 90.0, 75.0, 60.0]
     assert ratios(order, took, GATED) == [1.2, 1.2]
     assert ratios(order, took, PLAIN) == [1.5, 1.5]
+
+
+def test_hand_over_rounds_time_the_operator_first_and_compare_it_with_both_floors() -> None:
+    order = in_turns(2, HAND_KINDS)
+    assert order == [HAND_OVER, HAND_GATED, HAND_PLAIN, HAND_PLAIN, HAND_GATED, HAND_OVER]
+    took = [24.0, 20.0, 16.0, 15.0, 25.0, 30.0]
+    assert ratios(order, took, HAND_GATED, HAND_KINDS) == [1.2, 1.2]
+    assert ratios(order, took, HAND_PLAIN, HAND_KINDS) == [1.5, 2.0]
