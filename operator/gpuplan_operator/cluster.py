@@ -432,20 +432,13 @@ def add_finalizer(kube: KubeApi, plan: Mapping[str, Any], finalizer: str) -> JSO
     None when it changed meanwhile (409/422: the ``resourceVersion`` test failed; its watch
     event brings the change) or is gone (404)."""
     meta = plan.get("metadata") or {}
-    ops: list[dict[str, Any]] = [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")}
-    ]
+    ops: list[dict[str, Any]] = []
     if meta.get("finalizers"):
         ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer})
     else:
         ops.append({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]})
     path = path_for(PLAN_API, PLURAL, str(meta.get("name")), str(meta.get("namespace")))
-    try:
-        return kube.json_patch(path, ops, FIELD_MANAGER)
-    except ApiException as e:
-        if e.status in (404, 409, 422):
-            return None
-        raise
+    return _patch_as_read(kube, path, meta, ops)
 
 
 def release_gate(kube: KubeApi, pod: Mapping[str, Any], at: str) -> JSON | None:
@@ -456,7 +449,6 @@ def release_gate(kube: KubeApi, pod: Mapping[str, Any], at: str) -> JSON | None:
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     left = [g for g in gates if g.get("name") != GANG_GATE]
     ops: list[dict[str, Any]] = [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
         {"op": "replace", "path": "/spec/schedulingGates", "value": left}
         if left
         else {"op": "remove", "path": "/spec/schedulingGates"},
@@ -467,8 +459,17 @@ def release_gate(kube: KubeApi, pod: Mapping[str, Any], at: str) -> JSON | None:
     else:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": {RELEASED_ANNOTATION: at}})
     path = path_for("v1", "pods", str(meta.get("name")), str(meta.get("namespace")))
+    return _patch_as_read(kube, path, meta, ops)
+
+
+def _patch_as_read(
+    kube: KubeApi, path: str, meta: Mapping[str, Any], ops: list[dict[str, Any]]
+) -> JSON | None:
+    """``ops`` on the object as it was read (a test of its ``resourceVersion`` first): what the API
+    server returned, or None when it changed meanwhile (409/422) or is gone (404)."""
+    test = {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")}
     try:
-        return kube.json_patch(path, ops, FIELD_MANAGER)
+        return kube.json_patch(path, [test, *ops], FIELD_MANAGER)
     except ApiException as e:
         if e.status in (404, 409, 422):
             return None
