@@ -69,7 +69,7 @@ class PlanBody:
     @property
     def guarded(self) -> bool:
         """Does it carry :data:`FINALIZER`? Only then is its clean-up sure to run when it is
-        deleted: one deleted before kopf added it goes at once, with no handler called."""
+        deleted: one deleted before it was added goes at once, with no handler called."""
         return FINALIZER in ((self.raw.get("metadata") or {}).get("finalizers") or ())
 
     @property

@@ -68,7 +68,7 @@ def _pod_plan(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def _plan_fingerprint(plan: Mapping[str, Any]) -> Any:
     """A plan matters to the cycle when its spec (generation) changes, it goes, it is deleted, or
-    kopf gives it the finalizer (the cycle writes no plan before that)."""
+    it gains the finalizer (the cycle writes no plan before that)."""
     meta = plan.get("metadata") or {}
     guarded = FINALIZER in (meta.get("finalizers") or ())
     return (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")), guarded)
