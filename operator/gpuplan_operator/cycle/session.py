@@ -364,13 +364,11 @@ class Cycle:
             if plan.guarded:
                 out.append(plan)
             elif landed[plan.uid]:
+                self._unguarded.pop(plan.uid, None)
                 out.append(self.cache.plan(plan.namespace, plan.name) or plan)
             else:
                 failures = self._unguarded[plan.uid] = self._unguarded.get(plan.uid, 0) + 1
                 report.soon(backoff(failures))
-        for plan in bare:
-            if landed[plan.uid]:
-                self._unguarded.pop(plan.uid, None)
         return out
 
     def _serves_namespace(self, namespace: str | None) -> bool:
