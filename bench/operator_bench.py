@@ -37,6 +37,7 @@ a time, as the API server allows); ``--rounds N`` runs, instead of the phases, t
 gated floor and the deploy N times each in turns, and prints the deploy's ratio over each floor
 round by round (one run's ratio moves by a tenth or more on a shared machine: two floors in a
 row took 95 s and 78 s, and a gated floor 81 s after the other phases, 132 s on fresh nodes).
+``--rounds N --hand-over`` does the same for the higher-priority plan's hand-over and its floors.
 The bench
 reads its namespace's plans and pods from watches (:mod:`watched`), not from the API server at
 each look: it must not load what it times.
@@ -727,6 +728,13 @@ def instances(status: dict[str, Any]) -> int:
     return sum(int(a["instances"]) for a in status.get("allocations") or [])
 
 
+def start_operator(kubeconfig: str, log_dir: Path, nodes: int) -> OperatorProcess:
+    """The operator with its defaults, its metrics on a free port, its log in ``log_dir``."""
+    operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
+    operator.start(extra_env={METRICS_PORT_ENV: str(free_port())})
+    return operator
+
+
 def bench_nodes(api: Api, nodes: int) -> list[str]:
     """Create ``nodes`` fake GPU nodes and wait until kwok keeps them Ready and settled; their names."""
     names = [f"bench-{i:04d}" for i in range(nodes)]
@@ -804,8 +812,7 @@ def one_size(
         first_bare = json.loads(saved.read_text())
         result["floor_before"] = floor(api, first_bare, replicas(first_bare), poll, phase, "floor before")
     controllers_settled(api, "the operator starts")
-    operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
-    operator.start(extra_env={METRICS_PORT_ENV: str(free_port())})
+    operator = start_operator(kubeconfig, log_dir, nodes)
     metrics = operator.metrics_url
     try:
         phase("idle")
@@ -925,8 +932,7 @@ def deploy_once(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> float:
     plans = plan_names(nodes)
     share = nodes // len(plans)
     controllers_settled(api, "the deploy")
-    operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
-    operator.start(extra_env={METRICS_PORT_ENV: str(free_port())})
+    operator = start_operator(kubeconfig, log_dir, nodes)
     try:
         start = time.monotonic()
         create_load(api, plans, share)
@@ -945,8 +951,7 @@ def hand_over_once(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> Arri
     wait until their pods are gone."""
     plans = plan_names(nodes)
     controllers_settled(api, "the load")
-    operator = DefaultOperator(kubeconfig, log_dir, name=f"bench-operator-{nodes}")
-    operator.start(extra_env={METRICS_PORT_ENV: str(free_port())})
+    operator = start_operator(kubeconfig, log_dir, nodes)
     try:
         create_load(api, plans, nodes // len(plans))
         counts = {p: instances(api.status(NS, p)) for p in plans}
