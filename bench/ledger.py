@@ -34,7 +34,9 @@ _SAMPLE = re.compile(
 )
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 _CYCLES = re.compile(
-    r'^gpuplan_(?:cycles_total|cycle_seconds_sum\{stage="(?P<stage>[^"]+)"\}) (?P<value>\S+)$', re.MULTILINE
+    r'^gpuplan_(?:cycles_total|cycle_(?P<cpu>cpu)_seconds_total|cycle_seconds_sum\{stage="(?P<stage>[^"]+)"\})'
+    r" (?P<value>\S+)$",
+    re.MULTILINE,
 )
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -44,7 +46,8 @@ class Reading:
     requests: Counter[str] = field(default_factory=Counter)  # "VERB resource [subresource] [scope]"
     seconds: dict[str, float] = field(default_factory=dict)  # the API server's time answering them
     cpu: dict[str, float] = field(default_factory=dict)  # seconds per process name
-    cycles: dict[str, float] = field(default_factory=dict)  # the operator's: "cycles", seconds per stage
+    # the operator's: "cycles", seconds per stage, "cpu" (its process's CPU seconds while they ran)
+    cycles: dict[str, float] = field(default_factory=dict)
 
 
 def _cpu_by_process() -> dict[str, float]:
@@ -94,7 +97,7 @@ def _operator_cycles(url: str) -> dict[str, float]:
             text = r.read().decode()
     except OSError:
         return {}
-    return {m["stage"] or "cycles": float(m["value"]) for m in _CYCLES.finditer(text)}
+    return {m["stage"] or m["cpu"] or "cycles": float(m["value"]) for m in _CYCLES.finditer(text)}
 
 
 def read(kube: Kube, operator_metrics: str | None = None) -> Reading:
@@ -143,8 +146,11 @@ def summary(phase: dict[str, object], top: int = 12) -> str:
     lines = ["  cpu s: " + ", ".join(f"{k} {v}" for k, v in cpu.items())]
     cycles = dict(phase.get("cycles") or {})  # type: ignore[call-overload]
     if count := cycles.pop("cycles", 0):
+        cpu_s = cycles.pop("cpu", None)
         stages = ", ".join(f"{k} {v:.1f}" for k, v in cycles.items() if k != "total")
-        lines.append(f"  operator: {count:.0f} cycles, {cycles.get('total', 0.0):.1f} s in them ({stages})")
+        used = f", the process used {cpu_s:.1f} CPU s meanwhile" if cpu_s is not None else ""
+        total = cycles.get("total", 0.0)
+        lines.append(f"  operator: {count:.0f} cycles, {total:.1f} s in them ({stages}){used}")
     lines.append(f"  requests: {sum(requests.values())}, answered in {sum(seconds.values()):.1f} s")
     lines += [f"    {n:>7} {seconds[key]:>7.1f} s  {key}" for key, n in list(requests.items())[:top]]
     return "\n".join(lines)

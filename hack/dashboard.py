@@ -46,6 +46,14 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
             )
         ],
     ),
+    (
+        "Cycle time and the operator's CPU meanwhile (mean per cycle)",
+        "s",
+        [
+            ('gpuplan_cycle_seconds_sum{stage="total"} / gpuplan_cycle_seconds_count{stage="total"}', "time"),
+            ("gpuplan_cycle_cpu_seconds_total / gpuplan_cycles_total", "CPU"),
+        ],
+    ),
     ("Cycles per minute", "none", [("60 * rate(gpuplan_cycles_total[5m])", "cycles")]),
     (
         "Plans planned per cycle (mean)",

@@ -26,6 +26,10 @@ The service records; handlers never do. What is recorded, and when:
   conflict with another owner), by the kind of object that step was writing.
 - ``gpuplan_conflicts_total{kind}``: each conflict an Infeasible reconcile reports, by its
   :class:`planner.base.codes.ConflictKind` (also the ``Planned`` condition's reason).
+- ``gpuplan_cycles_total``, ``gpuplan_cycle_seconds{stage}`` and ``gpuplan_cycle_plans_planned``:
+  each scheduling cycle, the seconds of its stages, the plans it planned;
+  ``gpuplan_cycle_cpu_seconds_total``: the process's CPU seconds while cycles ran (a cycle much
+  longer than its CPU waited on the API server).
 - All-or-nothing deploys (:mod:`.gang`): ``gpuplan_gated_pods``, the plans' pods still carrying
   the gang gate at the last release round; ``gpuplan_gang_releases_total{reason}``, pods whose
   gate was lifted, ``Released`` with their plan's group or ``Recreated`` alone, and ``TimedOut``
@@ -134,6 +138,13 @@ class Metrics:
             registry=r,
         )
         self.cycles = Counter("gpuplan_cycles", "Scheduling cycles run.", registry=r)
+        self.cycle_cpu = Counter(
+            "gpuplan_cycle_cpu_seconds",
+            "CPU seconds the operator's process used while cycles ran (every thread of it): beside "
+            "gpuplan_cycle_seconds, how much of a cycle was its own work and how much waiting on the "
+            "API server.",
+            registry=r,
+        )
         self.cycle_plans = Histogram(
             "gpuplan_cycle_plans_planned",
             "Plans planned in one cycle (plans whose spec and inputs did not change are not).",
@@ -207,9 +218,11 @@ class Metrics:
 
     # --- cycles -------------------------------------------------------------------------------
 
-    def cycle(self, stages: Mapping[str, float], planned: int) -> None:
-        """One scheduling cycle ended: seconds per stage (and ``total``), plans it planned."""
+    def cycle(self, stages: Mapping[str, float], planned: int, cpu: float = 0.0) -> None:
+        """One scheduling cycle ended: seconds per stage (and ``total``), plans it planned, the
+        process's CPU seconds while it ran."""
         self.cycles.inc()
+        self.cycle_cpu.inc(max(cpu, 0.0))
         for stage, seconds in stages.items():
             self.cycle_seconds.labels(stage).observe(seconds)
         self.cycle_seconds.labels("total").observe(sum(stages.values()))

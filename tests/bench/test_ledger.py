@@ -20,13 +20,15 @@ gpuplan_cycle_seconds_sum{{stage="release"}} {release}
 gpuplan_cycle_seconds_sum{{stage="readiness"}} 0.5
 gpuplan_cycle_seconds_sum{{stage="total"}} {total}
 gpuplan_cycle_seconds_count{{stage="total"}} {cycles}
+gpuplan_cycle_cpu_seconds_total {cpu}
+gpuplan_cycle_cpu_seconds_created 1.7e9
 """
 
 
 @pytest.fixture
 def operator() -> Iterator[tuple[str, dict[str, float]]]:
     """An HTTP server answering ``/metrics`` as the operator would, from the dict it yields."""
-    now = {"cycles": 3, "release": 1.0, "total": 2.0}
+    now = {"cycles": 3, "release": 1.0, "total": 2.0, "cpu": 0.25}
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -50,12 +52,16 @@ def test_a_phase_tells_the_cycles_the_operator_ran_in_it_and_their_stages(
 ) -> None:
     url, now = operator
     before = ledger.Reading(cycles=ledger._operator_cycles(url))
-    assert before.cycles == {"cycles": 3, "release": 1.0, "readiness": 0.5, "total": 2.0}
-    now.update(cycles=43, release=9.0, total=12.5)
+    assert before.cycles == {"cycles": 3, "release": 1.0, "readiness": 0.5, "total": 2.0, "cpu": 0.25}
+    now.update(cycles=43, release=9.0, total=12.5, cpu=3.25)
     after = ledger.Reading(cycles=ledger._operator_cycles(url))
     phase = ledger.between(before, after)
-    assert phase["cycles"] == {"cycles": 40, "release": 8.0, "total": 10.5}  # readiness: no time in it
-    assert "operator: 40 cycles, 10.5 s in them (release 8.0)" in ledger.summary(phase)
+    # readiness: no time in it
+    assert phase["cycles"] == {"cycles": 40, "release": 8.0, "total": 10.5, "cpu": 3.0}
+    assert (
+        "operator: 40 cycles, 10.5 s in them (release 8.0), the process used 3.0 CPU s meanwhile"
+        in ledger.summary(phase)
+    )
 
 
 def test_an_operator_not_answering_has_no_cycles() -> None:

@@ -598,15 +598,22 @@ def test_the_readiness_of_several_plans_is_checked_side_by_side() -> None:
     assert report.wake_in == cycle.options.ready_poll  # b is not Ready: looked at again soon
 
 
-def test_a_cycle_says_how_long_the_change_that_called_for_it_waited(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_cycle_says_how_long_the_change_that_called_for_it_waited_and_the_cpu_it_used(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     kube = cluster(*[node(f"p4-{i}") for i in range(4)])
     kube.put(PLANS_NS, plan("a", **spec(8)))
     cycle, _ = cycle_on(kube)
     with caplog.at_level(logging.INFO, logger="gpuplan_operator"):
-        cycle.run(time.monotonic() - 0.75)
+        report = cycle.run(time.monotonic() - 0.75)
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cycle: planned")]
     waited = float(line.split("ns/a ")[1].split("s after the change that called for it")[0])
     assert 0.75 <= waited < 5
+    # planning and writing a plan takes CPU; the line and the metric say how much, the same figure
+    used = float(line.split("the process used ")[1].split(" CPU s meanwhile")[0])
+    assert report.cpu > 0 and used == round(report.cpu, 2)
+    metrics = cycle.service.metrics.registry
+    assert metrics.get_sample_value("gpuplan_cycle_cpu_seconds_total") == pytest.approx(report.cpu)
 
 
 def labels_of(kube: FakeKube, name: str) -> dict[str, str]:

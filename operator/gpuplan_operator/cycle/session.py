@@ -92,6 +92,7 @@ class Report:
     moved: list[str] = field(default_factory=list)
     checked: int = 0
     stages: dict[str, float] = field(default_factory=dict)
+    cpu: float = 0.0  # CPU seconds of the whole process (every thread) while the cycle ran
     took: dict[str, float] = field(default_factory=dict)  # seconds of the stages inside planning
     wake_in: float | None = None  # run again this soon (a grace running out, a retry, pods pending)
 
@@ -170,6 +171,7 @@ class Cycle:
         report = Report()
         waited = time.monotonic() - called if called is not None else None
         started = time.perf_counter()
+        cpu = time.process_time()
         self._placing = {}
         with self.service.lock:
             locked = time.perf_counter()
@@ -214,14 +216,16 @@ class Cycle:
             "release": released - planned,
             "readiness": done - released,
         }
-        self.service.metrics.cycle(report.stages, len(report.planned))
+        report.cpu = time.process_time() - cpu
+        self.service.metrics.cycle(report.stages, len(report.planned), report.cpu)
         if report.planned:
             took = ", ".join(f"{k} {v:.2f}s" for k, v in report.stages.items())
             inside = ", ".join(f"{k} {v:.2f}s" for k, v in report.took.items() if k != "plan")
             after = f" {waited:.2f}s after the change that called for it" if waited is not None else ""
             log.info(
-                "cycle: planned %s%s (%s; the write's: %s)", ", ".join(report.planned), after, took, inside
-            )
+                "cycle: planned %s%s (%s; the write's: %s; the process used %.2f CPU s meanwhile)",
+                ", ".join(report.planned), after, took, inside, report.cpu,
+            )  # fmt: skip
         return report
 
     def _due(
