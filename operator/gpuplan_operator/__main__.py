@@ -91,6 +91,11 @@ def parser() -> argparse.ArgumentParser:
         help="seconds released pods may stay unscheduled before their plan is re-planned around "
         "what took the cards (default %(default)s)",
     )  # fmt: skip
+    p.add_argument(
+        "--orphan-grace", type=float, default=d.orphan_grace,
+        help="seconds a node label of a served plan that is gone (deleted without its clean-up) "
+        "stays before it is removed (default %(default)s)",
+    )  # fmt: skip
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument(
         "--log-format", choices=sorted(LOG_FORMATS), default="text",
@@ -206,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         priority_base=args.priority_base,
         node_grace=args.node_grace,
         gang_timeout=args.gang_timeout,
+        orphan_grace=args.orphan_grace,
     )
     metrics = Metrics()
     memo = kopf.Memo(

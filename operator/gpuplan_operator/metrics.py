@@ -132,7 +132,8 @@ class Metrics:
         )
         self.cycle_seconds = Histogram(
             "gpuplan_cycle_seconds",
-            "Time of one scheduling cycle, by stage (lock, snapshot, plan, write, release, readiness).",
+            "Time of one scheduling cycle, by stage "
+            "(lock, snapshot, plan, write, release, readiness, sweep).",
             ["stage"],
             buckets=SECONDS,
             registry=r,

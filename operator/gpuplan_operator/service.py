@@ -68,6 +68,7 @@ from gpuplan_operator.writes import (
     apply_writes,
     cleanup_writes,
     gated_wave,
+    unlabel_writes,
     wave,
 )
 from planner import (
@@ -120,6 +121,7 @@ class Options:
     priority_base: int = PRIORITY_BASE  # an N-card PriorityClass has the value base + N·1000
     node_grace: float = NODE_GRACE  # a node not Ready this long is planned as unschedulable
     gang_timeout: float = GANG_TIMEOUT  # released pods not scheduled this long: re-plan around the cause
+    orphan_grace: float = 300.0  # a served plan's node label no plan holds this long is removed
 
 
 @dataclass
@@ -799,6 +801,31 @@ class PlanService:
             self.metrics.plan_gone(plan.namespace, plan.name)
         log.info("%s: deleted: %s", plan.ref, changes.describe())
         return changes
+
+    def remove_orphan_labels(self, found: Mapping[str, Sequence[str]]) -> list[str]:
+        """Remove node label keys no plan holds (``found``: key -> nodes; a plan gone without its
+        clean-up left them, :mod:`.cycle.sweep`), once a listing of the plans confirms that no plan
+        holds them (a cache may lag). The keys removed; an API error leaves the rest for later."""
+        try:
+            held = {p.label_key for p in cluster.list_plans(self.kube)}
+        except ApiException as e:
+            log.warning("listing the plans before removing orphaned node labels: %s", api_error_message(e))
+            return []
+        removed = []
+        for key, nodes in sorted(found.items()):
+            if key in held:
+                continue
+            try:
+                perform(self.kube, unlabel_writes(key, nodes), self.metrics, landed=self.on_written)
+            except ApiException as e:
+                log.warning("removing orphaned node label %s: %s", key, api_error_message(e))
+                continue
+            log.info(
+                "removed node label %s from %d node(s): no plan holds it (its plan went without clean-up)",
+                key, len(nodes),
+            )  # fmt: skip
+            removed.append(key)
+        return removed
 
 
 def previous_of(status: Mapping[str, Any]) -> Previous | None:

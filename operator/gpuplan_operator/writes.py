@@ -178,7 +178,12 @@ def _prune(observed: Observed, keep: Iterable[str]) -> list[Write]:
 
 
 def _unlabel(plan: PlanBody, nodes: Iterable[str]) -> list[Write]:
-    return [Write(Step.UNLABEL_NODES, Verb.LABEL, NODE, n, labels={plan.label_key: None}) for n in nodes]
+    return unlabel_writes(plan.label_key, nodes)
+
+
+def unlabel_writes(key: str, nodes: Iterable[str]) -> list[Write]:
+    """The plan label ``key`` removed from ``nodes``."""
+    return [Write(Step.UNLABEL_NODES, Verb.LABEL, NODE, n, labels={key: None}) for n in nodes]
 
 
 def _drop_owned(

@@ -53,6 +53,7 @@ VALUE_SETS = [
             "planning.priorityClassValueBase": 500000000,
             "planning.planSeconds": 2.5,
             "planning.gangTimeout": 90,
+            "planning.orphanGrace": 30,
             "planning.settle": 0,
         },
         id="a lower PriorityClass base and fractional plan seconds",
@@ -295,6 +296,7 @@ def test_the_operator_accepts_the_rendered_arguments(helm: str, values: dict[str
     if "planning.planSeconds" in values:
         assert parsed.plan_seconds == values["planning.planSeconds"]
     assert parsed.gang_timeout == values.get("planning.gangTimeout", 180)
+    assert parsed.orphan_grace == values.get("planning.orphanGrace", 300)
     assert parsed.settle == values.get("planning.settle", 0.2)
     # helm hands YAML numbers to templates as float64: a large one must not arrive as "5e+08"
     assert parsed.priority_base == values.get("planning.priorityClassValueBase", 800_000_000)

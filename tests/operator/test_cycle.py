@@ -697,3 +697,35 @@ def test_a_plan_gone_when_its_status_is_written_fails_alone() -> None:
     assert phase(kube, "a") == "Applied" and phase(kube, "z") == "Applied"
     assert not [e for e in posted if e[0] != "gone" and "gone" in e[2]], posted
     assert cycle.memory["uid-a"].phase is Phase.APPLIED and cycle.memory["uid-gone"].phase is Phase.ERROR
+
+
+def test_a_served_plans_node_label_that_no_plan_holds_is_removed_after_the_grace() -> None:
+    """A plan gone without its clean-up (its finalizer removed by hand) left its node label; the
+    cycle removes it once it has been an orphan for the grace, and a listing of the plans, not the
+    cache, confirms that no plan holds it. Other namespaces' keys, settings and held keys stay."""
+    gone, lagging, other = (
+        "gpuplan.ragnaros.io/ns.gone",
+        "gpuplan.ragnaros.io/ns.new",
+        "gpuplan.ragnaros.io/x.b",
+    )
+    setting = "gpuplan.ragnaros.io/gpu-type"
+    nodes = [node(f"p4-{i}") for i in range(2)]
+    for n in nodes:
+        n["metadata"]["labels"].update({gone: n["metadata"]["name"], lagging: "v", other: "v"})
+    kube = cluster(*nodes)
+    kube.put(PLANS_NS, plan("a", **spec(2)))
+    cache = listed(kube)
+    kube.put(PLANS_NS, plan("new", **spec(2)))  # created after the cache listed: it lags
+    svc = PlanService(kube, Options(plan_seconds=5, orphan_grace=0.5), lambda *a: None, clock=lambda: NOW)
+    cycle = Cycle(svc, cache, namespaces=("ns",))
+
+    report = cycle.run()
+    assert report.planned == ["ns/a"] and labels_of(kube, "gone") == {"p4-0": "p4-0", "p4-1": "p4-1"}
+    assert report.wake_in is not None and report.wake_in <= 0.5  # a cycle then removes it
+    time.sleep(0.6)
+    cycle.run()
+    assert labels_of(kube, "gone") == {}
+    after = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube.items(NODES)}
+    for labels in after.values():
+        assert labels[lagging] == "v" and labels[other] == "v" and labels[setting] == "P4"
+    assert set(labels_of(kube, "a").values()) <= {"p4-0", "p4-1"} and labels_of(kube, "a")

@@ -103,7 +103,7 @@ The watched namespaces, validated: exact names only (RBAC Roles cannot follow a 
 {{- else if ne .Values.logFormat "text" }}
 {{- fail (printf "logFormat: %q is not one of text, json" .Values.logFormat) }}
 {{- end }}
-{{- range $key, $flag := dict "planSeconds" "--plan-seconds" "debounce" "--debounce" "maxDelay" "--max-delay" "settle" "--settle" "resync" "--resync" "readyPoll" "--ready-poll" "gangTimeout" "--gang-timeout" "priorityClassValueBase" "--priority-base" }}
+{{- range $key, $flag := dict "planSeconds" "--plan-seconds" "debounce" "--debounce" "maxDelay" "--max-delay" "settle" "--settle" "resync" "--resync" "readyPoll" "--ready-poll" "gangTimeout" "--gang-timeout" "orphanGrace" "--orphan-grace" "priorityClassValueBase" "--priority-base" }}
 {{- $value := index $.Values.planning $key }}
 {{- if not (kindIs "invalid" $value) }}
 {{- if ne (toString $value) "" }}
