@@ -83,6 +83,10 @@ def test_text_explains_the_choice_and_the_rejected_splits(tmp_path, capsys) -> N
         ),
         pytest.param(plan_doc({"face_1vn": {"P4": 1e30}}), None, "requests.face_1vn.P4: at most 100000 cards", id="absurdly many cards (found by the fault suite's fuzz: it hung)"),
         pytest.param(plan_doc({"no_such_op": {"P4": 2}}), None, "requests.no_such_op: unknown operator", id="unknown operator"),
+        pytest.param(
+            plan_doc({"face_1vn": {"P4": 2, "\n": None}}), None, "requests.face_1vn.\\n: unknown resource type '\\n'",
+            id="a line break in a key (found by the fault suite's fuzz: the message took two lines)",
+        ),
         pytest.param(plan_doc({}, scoring="v3"), None, "scoring: must be one of v1, v2", id="unknown scoring"),
         pytest.param("kind: [unclosed", None, "plan: ", id="malformed YAML"),
         pytest.param(plan_doc({"face_1vn": {"P4": 2}}), {"kind": "List", "items": []}, "nodes: the node list is empty", id="empty node list"),
