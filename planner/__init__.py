@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         configmap_name,
         is_plan_label_key,
         plan_label_key,
+        plan_label_namespace,
         plan_labels,
     )
     from planner.model.result import Allocation, PlanResult, Previous, previous_placements
@@ -96,6 +97,7 @@ _HOMES = {
         "configmap_name",
         "is_plan_label_key",
         "plan_label_key",
+        "plan_label_namespace",
         "plan_labels",
     ),
     "planner.model.result": ("Allocation", "PlanResult", "Previous", "previous_placements"),
@@ -155,6 +157,7 @@ __all__ = [  # the same names as _HOMES (a unit test holds them equal)
     "parse_spec",
     "plan",
     "plan_label_key",
+    "plan_label_namespace",
     "plan_labels",
     "plan_together",
     "pod_requests",

@@ -177,10 +177,6 @@ def _prune(observed: Observed, keep: Iterable[str]) -> list[Write]:
     ]
 
 
-def _unlabel(plan: PlanBody, nodes: Iterable[str]) -> list[Write]:
-    return unlabel_writes(plan.label_key, nodes)
-
-
 def unlabel_writes(key: str, nodes: Iterable[str]) -> list[Write]:
     """The plan label ``key`` removed from ``nodes``."""
     return [Write(Step.UNLABEL_NODES, Verb.LABEL, NODE, n, labels={key: None}) for n in nodes]
@@ -343,7 +339,7 @@ def apply_writes(
             Write(Step.DEPLOYMENTS, verb, DEPLOYMENT, name, plan.namespace, dep, rendered=rendered[name])
         )
 
-    writes += _unlabel(plan, labels.remove)
+    writes += unlabel_writes(plan.label_key, labels.remove)
     keep = set(in_use_elsewhere) | {pc["metadata"]["name"] for pc in desired.priority_classes}
     return writes + _prune(observed, keep)
 
@@ -357,7 +353,7 @@ def cleanup_writes(plan: PlanBody, observed: Observed, in_use_elsewhere: Iterabl
         for n in observed.nodes
         if plan.label_key in ((n.get("metadata") or {}).get("labels") or {})
     ]
-    return writes + _unlabel(plan, labelled) + _prune(observed, in_use_elsewhere)
+    return writes + unlabel_writes(plan.label_key, labelled) + _prune(observed, in_use_elsewhere)
 
 
 @dataclass

@@ -68,6 +68,14 @@ def is_plan_label_key(key: str) -> bool:
     return key.startswith(prefix) and "." in key[len(prefix) :]
 
 
+def plan_label_namespace(key: str) -> str | None:
+    """The namespace a plan label key names (namespaces have no dots: the part before the first
+    one); None when the key is not a plan's."""
+    if not is_plan_label_key(key):
+        return None
+    return key[len(DOMAIN) + 1 :].split(".", 1)[0]
+
+
 def node_token(node: str) -> str:
     """The plan label's value on a node: the node's name, or a hash when it is no label value."""
     return node if len(node) <= 63 and _LABEL_VALUE.match(node) else f"node-{short_hash(node, 16)}"

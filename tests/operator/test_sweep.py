@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplan_operator.cycle.sweep import Sweep, key_namespace, orphans
+from gpuplan_operator.cycle.sweep import Sweep, orphans
 
+from planner import plan_label_namespace
 from tests.operator.builders import node
 
 
@@ -21,10 +22,10 @@ OTHER_NS = "gpuplan.ragnaros.io/other.gone"
 
 
 def test_a_key_is_a_plans_when_it_names_a_namespace_and_a_plan() -> None:
-    assert key_namespace(GONE) == "ns"
-    assert key_namespace("gpuplan.ragnaros.io/ns.name.with.dots") == "ns"
-    assert key_namespace("gpuplan.ragnaros.io/gpu-type") is None  # a setting, not a plan's
-    assert key_namespace("example.com/ns.gone") is None
+    assert plan_label_namespace(GONE) == "ns"
+    assert plan_label_namespace("gpuplan.ragnaros.io/ns.name.with.dots") == "ns"
+    assert plan_label_namespace("gpuplan.ragnaros.io/gpu-type") is None  # a setting, not a plan's
+    assert plan_label_namespace("example.com/ns.gone") is None
 
 
 def test_orphans_are_served_plan_keys_no_known_plan_holds() -> None:

@@ -8,7 +8,7 @@ next apply. A plan that went without its clean-up (its finalizer removed by hand
 operator was not running, or the plan force-deleted) leaves its label key
 (``gpuplan.ragnaros.io/<namespace>.<name>``) on the nodes, and nothing else would ever remove it.
 
-:func:`orphans` finds such keys: plan label keys (:func:`planner.is_plan_label_key`) of a served
+:func:`orphans` finds such keys: plan label keys (:func:`planner.plan_label_namespace`) of a served
 namespace that no plan the cycle knows holds. :class:`Sweep` says when one has been an orphan
 long enough (``grace`` seconds, every scan in between seeing it so) to be removed; the cycle
 then confirms against a listing of the plans, not its cache, before removing it.
@@ -19,17 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from planner import is_plan_label_key
+from planner import plan_label_namespace
 
 RESCAN_EVERY = 60.0  # seconds: the nodes' labels are scanned at most this often when nothing was planned
-
-
-def key_namespace(key: str) -> str | None:
-    """The namespace a plan label key names (``<domain>/<namespace>.<name>``: namespaces have no
-    dots); None when the key is not a plan's."""
-    if not is_plan_label_key(key):
-        return None
-    return key.split("/", 1)[1].split(".", 1)[0]
 
 
 def orphans(
@@ -43,7 +35,7 @@ def orphans(
         for key in meta.get("labels") or {}:
             if key in held:
                 continue
-            namespace = key_namespace(key)
+            namespace = plan_label_namespace(key)
             if namespace is not None and serves(namespace):
                 out.setdefault(key, []).append(str(meta.get("name")))
     return out
