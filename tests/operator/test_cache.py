@@ -152,6 +152,25 @@ def test_a_plans_pods_stamp_moves_with_its_pods_only_and_never_comes_back() -> N
     assert cache.plan_pods_stamp("ns1", labels) != gone
 
 
+def test_a_re_list_keeps_the_objects_it_finds_unchanged_and_their_stamps() -> None:
+    """A periodic re-list of thousands of unchanged pods trimmed every one again (the process
+    kept the memory) and moved every plan's pods stamp (every plan's readiness read again)."""
+    cache = ClusterCache(cluster(), lambda kind, matters: None)
+    labels = plan_labels("p")
+    cache.pods.replace([_plan_pod("a", "ns1", "p"), _plan_pod("b", "ns1", "p"), _plan_pod("c", "ns1", "q")])
+    held = {x["metadata"]["name"]: x for x in cache.pods.items()}
+    stamp, version = cache.plan_pods_stamp("ns1", labels), cache.pods.version
+    assert not cache.pods.replace(
+        [_plan_pod("a", "ns1", "p"), _plan_pod("b", "ns1", "p"), _plan_pod("c", "ns1", "q")]
+    )
+    assert all(x is held[x["metadata"]["name"]] for x in cache.pods.items())  # the same objects
+    assert cache.plan_pods_stamp("ns1", labels) == stamp
+    cache.pods.replace([_plan_pod("a", "ns1", "p"), _plan_pod("b", "ns1", "p", rv="2")])  # b changed, c gone
+    now = {x["metadata"]["name"]: x for x in cache.pods.items()}
+    assert now["a"] is held["a"] and now["b"] is not held["b"] and "c" not in now
+    assert cache.plan_pods_stamp("ns1", labels) != stamp and cache.pods.version > version
+
+
 def test_a_plans_pods_are_its_namespaces_only() -> None:
     """Two plans of one name in two namespaces: each one's readiness counts its own pods."""
     cache = ClusterCache(cluster(), lambda kind, matters: None)
@@ -245,6 +264,70 @@ def test_an_informer_resumes_from_the_last_version_re_lists_on_410_and_re_opens_
     assert informer.silent_watches == 1
     assert sorted(n["metadata"]["name"] for n in store.items()) == ["a", "c"]
     assert True in seen
+
+
+class PagedWatcher(ScriptedWatcher):
+    """One listing of ``names`` served in pages of the ``limit`` asked (``continue`` is the offset);
+    each page's request notes how many objects ``trimmed`` held by then. ``fail_at``: the offset
+    whose page answers 410 (its continue token too old)."""
+
+    def __init__(self, names: list[str], trimmed: list[str], fail_at: int | None = None) -> None:
+        super().__init__([], [])
+        self.names = names
+        self.trimmed = trimmed
+        self.fail_at = fail_at
+        self.pages: list[tuple[int, int]] = []
+
+    def get(self, path: str, **query: Any) -> JSON:
+        from kubernetes.client.exceptions import ApiException
+
+        start, limit = int(query.get("continue") or 0), int(query["limit"])
+        self.pages.append((start, len(self.trimmed)))
+        if start == self.fail_at:
+            raise ApiException(status=410, reason="Expired")
+        end = start + limit
+        more = {"continue": str(end)} if end < len(self.names) else {}
+        return {
+            "items": [node(n) for n in self.names[start:end]],
+            "metadata": {"resourceVersion": "7", **more},
+        }
+
+
+def test_a_listing_is_read_page_by_page_each_trimmed_before_the_next_is_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A re-list of thousands of pods read whole held them all as the API server sends them (ten
+    times their trimmed size) at once, and the process kept that memory."""
+    from gpuplan_operator.cache import informer as informer_module
+
+    monkeypatch.setattr(informer_module, "PAGE", 2)
+    trimmed: list[str] = []
+
+    def trim_node(obj: Mapping[str, Any]) -> JSON:
+        trimmed.append(obj["metadata"]["name"])
+        return trim.node(obj)
+
+    watcher = PagedWatcher(["a", "b", "c", "d", "e"], trimmed)
+    store = Store("nodes", trim_node, _node_fp)
+    informer = Informer(watcher, "/api/v1/nodes", store, lambda s, matters: None)
+    assert informer._list() == "7"
+    assert watcher.pages == [(0, 0), (2, 2), (4, 4)]  # each page once the one before is trimmed
+    assert [n["metadata"]["name"] for n in store.items()] == ["a", "b", "c", "d", "e"]  # in order
+
+
+def test_a_listing_whose_continue_expires_leaves_the_store_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuplan_operator.cache import informer as informer_module
+    from kubernetes.client.exceptions import ApiException
+
+    monkeypatch.setattr(informer_module, "PAGE", 2)
+    store = Store("nodes", trim.node, _node_fp)
+    store.replace([node("a"), node("b"), node("c")])
+    watcher = PagedWatcher(["a", "d", "e"], [], fail_at=2)
+    informer = Informer(watcher, "/api/v1/nodes", store, lambda s, matters: None)
+    with pytest.raises(ApiException):
+        informer._list()
+    assert [n["metadata"]["name"] for n in store.items()] == ["a", "b", "c"]
+    assert store.served
 
 
 def test_a_kind_the_cluster_does_not_serve_is_marked_so() -> None:

@@ -4,7 +4,12 @@ Notes
 -----
 The loop is client-go's reflector, reduced to what the operator needs:
 
-1. List the kind (one request), fill the store, remember the list's ``resourceVersion``.
+1. List the kind, fill the store, remember the list's ``resourceVersion``. The listing is read
+   in pages of ``PAGE`` objects (``limit`` and ``continue``, as client-go's pager reads it), each
+   trimmed into the store's new contents before the next is asked for: the objects as the API
+   server sends them (a pod is ten times its trimmed self) are never all held at once. Read
+   whole, a re-list of 7,440 pods and 3,000 nodes took the operator from 320 to 560 MiB of
+   resident memory, which the process kept.
 2. Watch from there with ``allowWatchBookmarks``; the API server ends each watch after
    ``WATCH_SECONDS`` and the loop re-opens it from the last version seen, so nothing is missed.
 3. A watch that says nothing for ``silence`` seconds is dead, whatever the socket thinks (a
@@ -40,6 +45,7 @@ log = logging.getLogger("gpuplan_operator")
 WATCH_SECONDS = 10  # the API server ends each watch after this long; it is re-opened at once
 SILENCE = 15.0  # a watch that says nothing this long is dead (a healthy one ends after WATCH_SECONDS)
 RESYNC = 300.0  # list everything again this often
+PAGE = 500  # objects per page of a listing (client-go's pager's size)
 RETRY_FIRST = 0.5
 RETRY_MAX = 10.0
 
@@ -82,6 +88,7 @@ class Informer:
         self.silent_watches = 0
         self.relists = 0
         self.failures = 0
+        self._listed = ""  # the resourceVersion of the listing last read (:meth:`_pages`)
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -121,20 +128,38 @@ class Informer:
                 self.stop.wait(delay)
 
     def _list(self) -> str | None:
+        listing = self._pages()
         try:
-            doc = self.api.get(self.path, **self.query)
+            matters = self.store.replace(listing)
         except ApiException as e:
             if e.status == 404:
                 self.store.served = False
                 self.store.replace([])
                 return None
-            raise
-        self.last_heard = time.monotonic()
+            raise  # e.g. 410 on a continue token too old: the store keeps what it had; listed again
         self.relists += 1
         self.store.served = True
-        matters = self.store.replace(doc.get("items") or [])
         self.on_change(self.store, matters)
-        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
+        return self._listed
+
+    def _pages(self) -> Iterator[JSON]:
+        """The listing's objects, page after page; ``_listed`` is its resourceVersion once read.
+        A page is let go as soon as its objects are given out (the store trims each as it comes)."""
+        token = ""
+        while True:
+            query = {**self.query, "limit": PAGE, **({"continue": token} if token else {})}
+            doc = self.api.get(self.path, **query)
+            self.last_heard = time.monotonic()
+            meta = doc.get("metadata") or {}
+            self._listed = str(meta.get("resourceVersion") or "")
+            token = str(meta.get("continue") or "")
+            items = doc.pop("items", None) or []
+            del doc
+            items.reverse()
+            while items:  # in the listing's order, each dropped once given out: the page shrinks
+                yield items.pop()  # as the store trims it
+            if not token:
+                return
 
     def _watch(self, version: str) -> str:
         """One watch from ``version``; the last version seen when it ends."""

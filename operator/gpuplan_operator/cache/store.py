@@ -166,18 +166,26 @@ class Store:
                 self.removed += 1
 
     def replace(self, objects: Iterable[Mapping[str, Any]]) -> bool:
-        """A whole listing; True when it differs from what the store held in a way that matters."""
+        """A whole listing; True when it differs from what the store held in a way that matters.
+
+        An object listed at the ``resourceVersion`` the store holds is the one held: kept as it is
+        (not trimmed again, its index stamp not moved), so a periodic re-list of thousands of
+        unchanged pods allocates nothing that stays and tells no plan its pods changed."""
         fresh = {}
         for raw in objects:
             if self._keep is None or self._keep(raw):
-                fresh[key_of(raw)] = self._trim(raw)
+                key = key_of(raw)
+                held = self._objects.get(key)
+                rv = _rv(raw)
+                fresh[key] = held if held is not None and rv and _rv(held) == rv else self._trim(raw)
         with self._lock:
             matters = False
             for key in set(self._objects) - set(fresh):
                 matters |= self._put(key, None)
                 self.removed += 1
             for key, obj in fresh.items():
-                matters |= self._put(key, obj)
+                if self._objects.get(key) is not obj:
+                    matters |= self._put(key, obj)
             self.version += 1
             self.changes += int(matters and self.synced)
             first, self.synced = not self.synced, True
