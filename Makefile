@@ -75,6 +75,7 @@ bench-packing: ## 22 classic bin-packing instances at their optimum and one node
 bench-operator: ## kubectl apply to every pod Running, 100 and 1,000 kwok nodes (starts the local cluster)
 	bash hack/cluster-up.sh
 	$(BIN)/python bench/cache_memory.py
+	$(BIN)/python bench/cache_memory.py --page 0
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(BIN)/python bench/operator_bench.py
 
 bench-loadtest: ## gpuplan loadtest vs vegeta on a loopback nginx, knees, shards (installs nginx-light, vegeta)

@@ -3,11 +3,14 @@
 Each object is built as the API server sends it to a watch (a node with its conditions, addresses,
 nodeInfo, forty images and managed fields; a pod with its spec, status and managed fields), fed
 to the operator's own stores (:class:`gpuplan_operator.cache.store.Store`, trimmed as they trim)
-one event at a time, and then dropped, as the informer does. Reported, in a process of its own:
-the growth of the resident set over the baseline (what the caches cost the operator), the bytes
-the cached objects hold (:func:`~gpuplan_operator.cache.caches.deep_size`), and the seconds one
-cycle's snapshot (:meth:`~gpuplan_operator.cache.caches.ClusterCache.read` and the planner's
-snapshot of it) takes.
+one event at a time, and then dropped, as the informer does. Then the informer's periodic
+re-list of nodes and pods runs as the operator runs it (:class:`~gpuplan_operator.cache.informer.Informer`
+against a listing served in the pages it asks for; ``--page 0``: the whole listing in one answer,
+as before pages). Reported, in a process of its own: the growth of the resident set over the
+baseline (what the caches cost the operator), the peak and the resident set after the re-list,
+the bytes the cached objects hold (:func:`~gpuplan_operator.cache.caches.deep_size`), and the
+seconds one cycle's snapshot (:meth:`~gpuplan_operator.cache.caches.ClusterCache.read` and the
+planner's snapshot of it) takes.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpuplan_operator.cache import informer  # noqa: E402
 from gpuplan_operator.cache.caches import ClusterCache, deep_size  # noqa: E402
 
 from planner import snapshot  # noqa: E402
@@ -31,12 +35,32 @@ from planner import snapshot  # noqa: E402
 REGISTRY = "registry.example/team"
 
 
-def rss_mib() -> float:
+def rss_mib(field: str = "VmRSS") -> float:
+    """The resident set now (``VmHWM``: its peak so far), MiB."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Listing:
+    """The API server's answer to a listing of nodes or pods, built page by page as asked
+    (``continue`` is the offset)."""
+
+    def __init__(self, nodes: int, pods: int) -> None:
+        self.nodes = nodes
+        self.pods = pods
+
+    def get(self, path: str, **query: Any) -> dict[str, Any]:
+        start, limit = int(query.get("continue") or 0), int(query["limit"])
+        count, build = (self.nodes, node) if path.endswith("/nodes") else (self.pods, self._pod)
+        end = min(count, start + limit)
+        more = {"continue": str(end)} if end < count else {}
+        return {"items": [build(i) for i in range(start, end)], "metadata": {"resourceVersion": "9", **more}}
+
+    def _pod(self, i: int) -> dict[str, Any]:
+        return pod(i, self.nodes)
 
 
 def node(i: int) -> dict[str, Any]:
@@ -118,6 +142,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--nodes", type=int, default=5000)
     p.add_argument("--pods", type=int, default=20000)
+    p.add_argument(
+        "--page",
+        type=int,
+        default=informer.PAGE,
+        help=f"objects per page of the re-list (default {informer.PAGE}, as the operator; 0: one answer)",
+    )
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args()
 
@@ -136,6 +166,16 @@ def main() -> None:
     gc.collect()
     grown = rss_mib() - base
     held = sum(deep_size(o) for s in cache.stores for o in s.items()) / 2**20
+    informer.PAGE = args.page or (args.nodes + args.pods)
+    listing = Listing(args.nodes, args.pods)
+    before_relist = rss_mib("VmHWM")
+    for inf in cache.informers:
+        if inf.store in (cache.nodes, cache.pods):
+            inf.api = listing  # type: ignore[assignment]
+            inf._list()
+    gc.collect()
+    relist_peak = rss_mib("VmHWM")
+    after_relist = rss_mib()
     t0 = time.perf_counter()
     read = cache.read()
     t1 = time.perf_counter()
@@ -146,6 +186,10 @@ def main() -> None:
         "nodes": args.nodes,
         "pods": args.pods,
         "rss_growth_mib": round(grown, 1),
+        "page": args.page,
+        "relist_peak_growth_mib": round(relist_peak - base, 1),
+        "peak_before_relist_growth_mib": round(before_relist - base, 1),
+        "rss_growth_after_relist_mib": round(after_relist - base, 1),
         "cached_bytes_mib": round(held, 1),
         "node_as_sent_kib": round(whole_node, 1),
         "node_as_cached_kib": round(deep_size(cache.nodes.items()[0]) / 1024, 2),
