@@ -2,7 +2,8 @@
 
 Two readings around a phase: the API server's request counts by verb and resource (its own
 ``apiserver_request_total``, read from ``/metrics``) and the CPU seconds of every control-plane
-process on this machine (``/proc/<pid>/stat``, the harness runs them as local processes). The
+process on this machine (``/proc/<pid>/stat``, the harness runs them as local processes), and the
+operator's resident memory at the end of the phase and its peak so far (``/proc/<pid>/status``). The
 difference between a phase run by the operator and the same pods created directly (the floor)
 says which writes cost the extra time.
 """
@@ -48,9 +49,27 @@ class Reading:
     cpu: dict[str, float] = field(default_factory=dict)  # seconds per process name
     # the operator's: "cycles", seconds per stage, "cpu" (its process's CPU seconds while they ran)
     cycles: dict[str, float] = field(default_factory=dict)
+    # the operator's resident set now ("resident") and its peak so far ("peak"), MiB
+    memory: dict[str, float] = field(default_factory=dict)
 
 
-def _cpu_by_process() -> dict[str, float]:
+def _memory(pid: str) -> dict[str, float]:
+    """A process's resident set now and its peak so far, MiB (``VmRSS``, ``VmHWM``)."""
+    names = {"VmRSS": "resident", "VmHWM": "peak"}
+    out: dict[str, float] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in names:
+                    out[names[key]] = int(value.split()[0]) / 1024
+    except OSError:
+        return {}
+    return out
+
+
+def _cpu_by_process(memory: dict[str, float] | None = None) -> dict[str, float]:
+    """CPU seconds per process name; ``memory`` gets the operator's (:func:`_memory`)."""
     out: dict[str, float] = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -66,6 +85,8 @@ def _cpu_by_process() -> dict[str, float]:
         name = os.path.basename(argv0)
         if name.startswith("python") and OPERATOR in argv:
             name = "operator"
+            if memory is not None:
+                memory.update(_memory(pid))
         for known in (*PROCESSES, "operator"):
             if name.startswith(known):
                 fields = stat.rsplit(")", 1)[1].split()  # utime and stime are its 12th and 13th
@@ -104,7 +125,8 @@ def read(kube: Kube, operator_metrics: str | None = None) -> Reading:
     """The API server's request counters and the control plane's CPU, now; with the operator's
     metrics URL, its cycles too."""
     text = _get(kube, "/metrics").decode()
-    reading = Reading(cpu=_cpu_by_process())
+    reading = Reading()
+    reading.cpu = _cpu_by_process(reading.memory)
     if operator_metrics is not None:
         reading.cycles = _operator_cycles(operator_metrics)
     for m in _SAMPLE.finditer(text):
@@ -135,6 +157,7 @@ def between(before: Reading, after: Reading) -> dict[str, object]:
         "seconds": {key: round(seconds.get(key, 0.0), 2) for _, key in frequent},
         "cpu": {name: round(s, 1) for name, s in sorted(cpu.items()) if s > 0},
         "cycles": {k: round(v, 2) for k, v in cycles.items() if v > 0},
+        "operator_mib": {k: round(v) for k, v in after.memory.items()},
     }
 
 
@@ -151,6 +174,10 @@ def summary(phase: dict[str, object], top: int = 12) -> str:
         used = f", the process used {cpu_s:.1f} CPU s meanwhile" if cpu_s is not None else ""
         total = cycles.get("total", 0.0)
         lines.append(f"  operator: {count:.0f} cycles, {total:.1f} s in them ({stages}){used}")
+    memory = dict(phase.get("operator_mib") or {})  # type: ignore[call-overload]
+    if memory:
+        resident, peak = memory.get("resident"), memory.get("peak")
+        lines.append(f"  operator memory: {resident} MiB resident, peak so far {peak} MiB")
     lines.append(f"  requests: {sum(requests.values())}, answered in {sum(seconds.values()):.1f} s")
     lines += [f"    {n:>7} {seconds[key]:>7.1f} s  {key}" for key, n in list(requests.items())[:top]]
     return "\n".join(lines)
