@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -29,19 +28,16 @@ sys.path.insert(0, str(ROOT))
 
 from gpuplan_operator.cache import informer  # noqa: E402
 from gpuplan_operator.cache.caches import ClusterCache, deep_size  # noqa: E402
+from ledger import memory_of  # noqa: E402
 
 from planner import snapshot  # noqa: E402
 
 REGISTRY = "registry.example/team"
 
 
-def rss_mib(field: str = "VmRSS") -> float:
-    """The resident set now (``VmHWM``: its peak so far), MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def rss_mib(field: str = "resident") -> float:
+    """This process's resident set now (``peak``: its peak so far), MiB."""
+    return memory_of("self")[field]
 
 
 class Listing:
@@ -168,13 +164,13 @@ def main() -> None:
     held = sum(deep_size(o) for s in cache.stores for o in s.items()) / 2**20
     informer.PAGE = args.page or (args.nodes + args.pods)
     listing = Listing(args.nodes, args.pods)
-    before_relist = rss_mib("VmHWM")
+    before_relist = rss_mib("peak")
     for inf in cache.informers:
         if inf.store in (cache.nodes, cache.pods):
             inf.api = listing  # type: ignore[assignment]
             inf._list()
     gc.collect()
-    relist_peak = rss_mib("VmHWM")
+    relist_peak = rss_mib("peak")
     after_relist = rss_mib()
     t0 = time.perf_counter()
     read = cache.read()

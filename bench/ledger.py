@@ -53,8 +53,9 @@ class Reading:
     memory: dict[str, float] = field(default_factory=dict)
 
 
-def _memory(pid: str) -> dict[str, float]:
-    """A process's resident set now and its peak so far, MiB (``VmRSS``, ``VmHWM``)."""
+def memory_of(pid: str) -> dict[str, float]:
+    """A process's resident set now ("resident") and its peak so far ("peak"), MiB (``VmRSS``,
+    ``VmHWM`` of ``/proc/<pid>/status``; ``pid`` may be ``self``); empty when it is gone."""
     names = {"VmRSS": "resident", "VmHWM": "peak"}
     out: dict[str, float] = {}
     try:
@@ -69,7 +70,7 @@ def _memory(pid: str) -> dict[str, float]:
 
 
 def _cpu_by_process(memory: dict[str, float] | None = None) -> dict[str, float]:
-    """CPU seconds per process name; ``memory`` gets the operator's (:func:`_memory`)."""
+    """CPU seconds per process name; ``memory`` gets the operator's (:func:`memory_of`)."""
     out: dict[str, float] = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -86,7 +87,7 @@ def _cpu_by_process(memory: dict[str, float] | None = None) -> dict[str, float]:
         if name.startswith("python") and OPERATOR in argv:
             name = "operator"
             if memory is not None:
-                memory.update(_memory(pid))
+                memory.update(memory_of(pid))
         for known in (*PROCESSES, "operator"):
             if name.startswith(known):
                 fields = stat.rsplit(")", 1)[1].split()  # utime and stime are its 12th and 13th

@@ -79,7 +79,7 @@ def test_a_phase_tells_the_operators_memory_at_its_end_and_its_peak_so_far() -> 
     try:
         memory: dict[str, float] = {}
         for _ in range(200):
-            memory = ledger._memory(str(child.pid))
+            memory = ledger.memory_of(str(child.pid))
             if memory.get("peak", 0) >= 64 and memory.get("resident", 99) < 64:
                 break
             threading.Event().wait(0.05)
@@ -92,5 +92,5 @@ def test_a_phase_tells_the_operators_memory_at_its_end_and_its_peak_so_far() -> 
     finally:
         child.kill()
         child.wait()
-    assert ledger._memory(str(child.pid)) == {}  # gone
+    assert ledger.memory_of(str(child.pid)) == {}  # gone
     assert "operator memory" not in ledger.summary(ledger.between(ledger.Reading(), ledger.Reading()))
