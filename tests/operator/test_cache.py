@@ -9,12 +9,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+from gpuplan_operator.cache import informer as informer_module
 from gpuplan_operator.cache import trim
 from gpuplan_operator.cache.caches import ClusterCache, _node_fp, deep_size
 from gpuplan_operator.cache.informer import Informer
 from gpuplan_operator.cache.store import Store
 from gpuplan_operator.gang import NodeIndex, read_pod
 from gpuplan_operator.kube import JSON, WatchSilent
+from kubernetes.client.exceptions import ApiException
 
 from planner import MANAGED_BY, PLAN_LABEL, plan_labels, snapshot
 from tests.operator.builders import cluster, node, plan, pod
@@ -279,8 +281,6 @@ class PagedWatcher(ScriptedWatcher):
         self.pages: list[tuple[int, int]] = []
 
     def get(self, path: str, **query: Any) -> JSON:
-        from kubernetes.client.exceptions import ApiException
-
         start, limit = int(query.get("continue") or 0), int(query["limit"])
         self.pages.append((start, len(self.trimmed)))
         if start == self.fail_at:
@@ -298,8 +298,6 @@ def test_a_listing_is_read_page_by_page_each_trimmed_before_the_next_is_asked_fo
 ) -> None:
     """A re-list of thousands of pods read whole held them all as the API server sends them (ten
     times their trimmed size) at once, and the process kept that memory."""
-    from gpuplan_operator.cache import informer as informer_module
-
     monkeypatch.setattr(informer_module, "PAGE", 2)
     trimmed: list[str] = []
 
@@ -316,9 +314,6 @@ def test_a_listing_is_read_page_by_page_each_trimmed_before_the_next_is_asked_fo
 
 
 def test_a_listing_whose_continue_expires_leaves_the_store_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuplan_operator.cache import informer as informer_module
-    from kubernetes.client.exceptions import ApiException
-
     monkeypatch.setattr(informer_module, "PAGE", 2)
     store = Store("nodes", trim.node, _node_fp)
     store.replace([node("a"), node("b"), node("c")])
@@ -352,7 +347,6 @@ def test_health_names_a_watch_quiet_too_long(silent: float) -> None:
 def test_a_kind_not_served_is_listed_again_at_once_when_woken() -> None:
     """A CRD installed after the operator started: the CRDs' watch wakes the kind's informer,
     which lists it then rather than a resync (here a minute) later."""
-    from kubernetes.client.exceptions import ApiException
 
     class LateCrd(ScriptedWatcher):
         def get(self, path: str, **query: Any) -> JSON:
