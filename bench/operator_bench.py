@@ -31,7 +31,8 @@ Every phase's work is kept in a ledger (:mod:`ledger`: the API server's requests
 seconds it took answering them, each control-plane process's CPU), printed after the table.
 ``--floor-before`` times the floor once more before the operator starts (the control plane
 slows down within a run, so the later floor alone flatters the operator); ``--gang none`` deploys
-the load without the gang gate (the plain floor is then the whole comparison); ``--profile DIR``
+every plan without the gang gate, the urgent one too (the plain floors are then the whole
+comparison, and the gated ones are not timed); ``--profile DIR``
 records the API server's CPU profile of the first minute of the deploy and each floor (one at
 a time, as the API server allows); ``--rounds N`` runs, instead of the phases, the floor, the
 gated floor and the deploy N times each in turns, and prints the deploy's ratio over each floor
@@ -100,7 +101,7 @@ class DefaultOperator(OperatorProcess):
     ARGS = ("--plan-seconds", "30")  # the operator's own defaults otherwise (debounce 1 s, ...)
 
 
-GANG: str | None = None  # --gang: the load's plans' spec.gang (None: the default, plan)
+GANG: str | None = None  # --gang: every plan's spec.gang, the urgent one's too (None: the default, plan)
 PROFILES: Path | None = None  # --profile: the API server's CPU profile of the deploy and the floor
 PROFILE_SECONDS = 60
 
@@ -519,6 +520,7 @@ def urgent_spec(nodes: int) -> dict[str, Any]:
         ],
         "requests": {n: {"resourceNum": {TYPE: 8}, "machineNum": {TYPE: 1}} for n in names},
         "deploy": True,
+        **({"gang": GANG} if GANG else {}),
     }
 
 
@@ -877,8 +879,9 @@ def one_size(
         nan = float("nan")
         phase("plans deleted")
         result["floor"] = floor(api, bare, pods, poll, phase) if floors else nan
+        gated = floors and GANG != "none"  # without the gate, the gated floors time writes nobody made
         try:  # a failure here loses no figure measured before it
-            result["gated_floor"] = gated_floor(api, bare, pods, poll, phase) if floors else nan
+            result["gated_floor"] = gated_floor(api, bare, pods, poll, phase) if gated else nan
         except Exception as e:
             print(f"the gated floor failed: {e!r}", file=sys.stderr)
             result["gated_floor"] = nan
@@ -886,7 +889,7 @@ def one_size(
         result["urgent_floor"] = hand_over_floor(api, bare_before, bare_after, poll, phase) if floors else nan
         try:
             result["urgent_gated_floor"] = (
-                gated_hand_over_floor(api, bare_before, bare_after, poll, phase) if floors else nan
+                gated_hand_over_floor(api, bare_before, bare_after, poll, phase) if gated else nan
             )
         except Exception as e:
             print(f"the gated hand-over floor failed: {e!r}", file=sys.stderr)
@@ -903,6 +906,13 @@ KINDS = [PLAIN, GATED, DEPLOY]  # what --rounds times, in this order in its firs
 # ... and with --hand-over: the operator's first (its run gives the floors their Deployments)
 HAND_PLAIN, HAND_GATED, HAND_OVER = "hand-over floor", "gated hand-over floor", "hand-over"
 HAND_KINDS = [HAND_OVER, HAND_GATED, HAND_PLAIN]
+
+
+def timed_kinds(hand: bool, gang: str | None) -> list[str]:
+    """What ``--rounds`` times: the deploy (``hand``: the hand-over) and its floors; without the
+    gang gate (``gang`` none) the plain floor alone, the gated one timing writes the plans skip."""
+    kinds = HAND_KINDS if hand else KINDS
+    return [k for k in kinds if gang != "none" or k not in (GATED, HAND_GATED)]
 
 
 def in_turns(count: int, kinds: Sequence[str] = KINDS) -> list[str]:
@@ -975,7 +985,7 @@ def in_rounds(
         raise SystemExit(f"--rounds at {nodes} nodes needs {saved}: run the bench at that size once first")
     bare = [] if hand else json.loads(saved.read_text())
     names = bench_nodes(api, nodes)
-    kinds = HAND_KINDS if hand else KINDS
+    kinds = timed_kinds(hand, GANG)
     order = in_turns(count, kinds)
     took: list[float] = []
     first: Arrival | None = None
@@ -1024,8 +1034,8 @@ def main() -> None:
     ap.add_argument(
         "--gang",
         choices=("plan", "none"),
-        help="the load's plans' spec.gang (default: the resource's default, plan; the urgent plan "
-        "keeps it): with none, the deploy has no gates to lift and compares with the plain floor",
+        help="every plan's spec.gang, the urgent one's too (default: the resource's default, plan): "
+        "with none, no gate is lifted and the deploy and the hand-over compare with the plain floors",
     )
     ap.add_argument(
         "--rounds",

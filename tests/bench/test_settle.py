@@ -28,6 +28,7 @@ from operator_bench import (
     node_ttl,
     pins,
     ratios,
+    timed_kinds,
 )
 
 
@@ -105,3 +106,16 @@ def test_hand_over_rounds_time_the_operator_first_and_compare_it_with_both_floor
     took = [24.0, 20.0, 16.0, 15.0, 25.0, 30.0]
     assert ratios(order, took, HAND_GATED, HAND_KINDS) == [1.2, 1.2]
     assert ratios(order, took, HAND_PLAIN, HAND_KINDS) == [1.5, 2.0]
+
+
+def test_rounds_without_the_gang_gate_time_no_gated_floor() -> None:
+    assert timed_kinds(hand=False, gang="none") == [PLAIN, DEPLOY]
+    assert timed_kinds(hand=True, gang="none") == [HAND_OVER, HAND_PLAIN]
+    assert timed_kinds(hand=False, gang=None) == [PLAIN, GATED, DEPLOY]
+    assert timed_kinds(hand=True, gang="plan") == HAND_KINDS
+    order = in_turns(2, timed_kinds(hand=False, gang="none"))
+    assert order == [PLAIN, DEPLOY, DEPLOY, PLAIN]
+    assert ratios(order, [80.0, 100.0, 90.0, 60.0], PLAIN, timed_kinds(hand=False, gang="none")) == [
+        1.25,
+        1.5,
+    ]
