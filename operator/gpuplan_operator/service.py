@@ -56,7 +56,7 @@ from gpuplan_operator.body import FINALIZER, PlanBody
 from gpuplan_operator.gang import GangCode, GangDecision
 from gpuplan_operator.kube import KubeApi, api_error_message
 from gpuplan_operator.metrics import PLAN_STATUS, Metrics, Trigger
-from gpuplan_operator.readiness import gates_waiting, readiness
+from gpuplan_operator.readiness import Verdicts, gates_waiting, readiness
 from gpuplan_operator.release import GANG_TIMEOUT, GateKeeper
 from gpuplan_operator.status import Phase, Readiness, Reason
 from gpuplan_operator.watch import NODE_GRACE, planning_view, utcnow
@@ -224,6 +224,8 @@ class PlanService:
         self._landed: dict[str, _Landed] = {}
         # plan uid -> (monotonic time of its last status write, seconds it took): spaces progress
         self._last_status: dict[str, tuple[float, float]] = {}
+        # plan uid -> its Deployments' readiness verdicts from its last check (:meth:`check_readiness`)
+        self._verdicts: dict[str, Verdicts] = {}
         # plan uid -> (generation, what the last render of it made): the next render of the same
         # spec takes every entry it did not move from it (:meth:`_render`)
         self._rendered: dict[str, tuple[int, Desired]] = {}
@@ -698,7 +700,8 @@ class PlanService:
             deployments = (
                 cluster.plan_deployments(self.kube, plan.namespace, plan.name, managed) if plan.deploy else []
             )
-            ready = readiness(deployments, pods, plan.label_key, plan.deploy, waiting)
+            kept = self._verdicts.setdefault(plan.uid, Verdicts())
+            ready = readiness(deployments, pods, plan.label_key, plan.deploy, waiting, kept)
         generation = int(old.get("observedGeneration") or 0)
         new = st.with_readiness(old, ready, generation, self.clock())
         if self._progress_waits(plan, new):
@@ -790,6 +793,7 @@ class PlanService:
         with self.lock:
             self._landed.pop(plan.uid, None)
             self._last_status.pop(plan.uid, None)
+            self._verdicts.pop(plan.uid, None)
             self._rendered.pop(plan.uid, None)
             now = time.monotonic()
             self._cleaned = {u: t for u, t in self._cleaned.items() if now - t < CLEANED_KEPT}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplan_operator.readiness import gates_waiting, readiness
+from gpuplan_operator.readiness import Verdicts, gates_waiting, readiness
 
 KEY = "gpuplan.ragnaros.io/ns.p"
 
@@ -98,3 +98,32 @@ def test_gates_waiting_is_what_readiness_says_first_and_needs_no_deployments() -
     )
     assert waits is not None and waits.reason == "Waiting" and not waits.ready
     assert gates_waiting([leaving, bound]) is None  # a gated pod on its way out waits for nothing
+
+
+def test_a_check_reuses_the_verdicts_of_deployments_whose_objects_did_not_change() -> None:
+    deps = [deployment("a", 1, "n1"), deployment("b", 1, "n1")]
+    pods = [pod("a1", "a", "n1"), pod("b1", "b", None)]
+    kept = Verdicts()
+    first = readiness(deps, pods, KEY, True, kept=kept)
+    assert not first.ready and first.message.startswith("1/2")
+    assert readiness(deps, pods, KEY, True, kept=kept) == first
+    assert kept.hits == 2  # both Deployments, the second time
+    # the cache replaces a pod that changes: the new object is compared again, the other reused
+    bound = pod("b1", "b", "n1")
+    again = readiness(deps, [pods[0], bound], KEY, True, kept=kept)
+    assert again.ready and again.message.startswith("2/2") and kept.hits == 3
+    # a pod gone, and one of another template (a resize): nothing reused hides either
+    assert readiness(deps, [pods[0]], KEY, True, kept=kept).message.startswith("1/2")
+    resized = pod("b2", "b", "n1", cards=2)
+    assert "b: 1 pod(s) not created yet" in readiness(deps, [pods[0], resized], KEY, True, kept=kept).message
+
+
+def test_verdicts_of_deployments_no_longer_the_plans_are_dropped() -> None:
+    kept = Verdicts()
+    a, b = deployment("a", 1, "n1"), deployment("b", 1, "n1")
+    pods = [pod("a1", "a", "n1"), pod("b1", "b", "n1")]
+    readiness([a, b], pods, KEY, True, kept=kept)
+    readiness([a], pods, KEY, True, kept=kept)
+    kept.hits = 0
+    assert readiness([a, b], pods, KEY, True, kept=kept).ready
+    assert kept.hits == 1  # b was forgotten and decided again
