@@ -11,6 +11,7 @@ import pytest
 from gpuplan_operator.body import FINALIZER, PlanBody
 from gpuplan_operator.cache.caches import ClusterCache
 from gpuplan_operator.cluster import of_plan
+from gpuplan_operator.cycle import session
 from gpuplan_operator.cycle.order import Inputs, admission_order, held_by_others
 from gpuplan_operator.cycle.session import Cycle, Report
 from gpuplan_operator.service import Options, PlanService
@@ -346,7 +347,10 @@ class CountingKube(FakeKube):
         return super().request(method, path, **kw)
 
 
-def test_a_re_plan_compares_with_the_cached_deployments_and_the_cache_follows_its_writes() -> None:
+def test_a_re_plan_compares_with_the_cached_deployments_and_the_cache_follows_its_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(session, "CHECK_SPACING", 0.0)  # the cycles follow one another at once
     kube = CountingKube()
     for i in range(4):
         kube.put(NODES, node(f"p4-{i}"))
@@ -596,6 +600,42 @@ def test_the_readiness_of_several_plans_is_checked_side_by_side() -> None:
     assert most == 3
     assert [cycle.memory[u].ready for u in plans] == [True, False, True]
     assert report.wake_in == cycle.options.ready_poll  # b is not Ready: looked at again soon
+
+
+def test_a_plan_coming_up_is_checked_again_only_after_twenty_times_its_last_check() -> None:
+    """Its pods change before nearly every cycle while it comes up (2,480 of them, about two
+    cycles a second): each check is spaced by its own cost, at most the ready poll."""
+    import time
+
+    from gpuplan_operator.cycle.session import CHECK_SPACING, _Memory
+    from gpuplan_operator.service import Outcome
+
+    kube = cluster(node("p4-0"))
+    cycle, _ = cycle_on(kube)
+    plans = {"uid-a": body("a")}
+    cycle.memory["uid-a"] = _Memory(phase=Phase.APPLIED, ready=False)
+    checks = 0
+
+    def check(plan: PlanBody) -> Outcome:
+        nonlocal checks
+        checks += 1
+        time.sleep(0.02)
+        return Outcome(Phase.APPLIED, "", ready=False)
+
+    cycle.service.check_readiness = check  # type: ignore[method-assign]
+    assert cycle._readiness(plans, set(), Report()) == 1
+    took = cycle.memory["uid-a"].check_took
+    assert 0.02 <= took < 0.1
+    report = Report()
+    assert cycle._readiness(plans, set(), report) == 0  # too soon: not checked again ...
+    assert report.wake_in is not None and 0 < report.wake_in <= CHECK_SPACING * took  # ... but then
+    cycle.memory["uid-a"].checked -= CHECK_SPACING * took
+    assert cycle._readiness(plans, set(), Report()) == 1 and checks == 2
+    # a slow check waits no longer than the ready poll
+    cycle.memory["uid-a"].check_took = 10.0
+    report = Report()
+    assert cycle._readiness(plans, set(), report) == 0
+    assert report.wake_in is not None and report.wake_in <= cycle.options.ready_poll
 
 
 def test_a_cycle_says_how_long_the_change_that_called_for_it_waited_and_the_cpu_it_used(
