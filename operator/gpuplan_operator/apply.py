@@ -36,7 +36,7 @@ from typing import TypeVar
 from gpuplan_operator import cluster
 from gpuplan_operator.kube import JSON, KubeApi
 from gpuplan_operator.metrics import Metrics
-from gpuplan_operator.writes import Step, Verb, Write, in_order, remember_applied, wave
+from gpuplan_operator.writes import Step, Verb, Write, in_order, remember_applied, selects, wave
 
 PARALLEL_WRITES = 8  # at most this many requests in flight (the connection pool's size)
 MEANWHILE_EVERY = 0.2  # seconds between the calls of ``meanwhile`` during a long wave
@@ -107,6 +107,16 @@ def _send(kube: KubeApi, write: Write) -> tuple[bool, JSON | None]:
     return cluster.delete_object(kube, write.kind, write.name, write.namespace), None
 
 
+def _send_after(
+    kube: KubeApi, write: Write, labels: list[Future[tuple[bool, JSON | None]]]
+) -> tuple[bool, JSON | None]:
+    """:func:`_send` once ``labels`` (the node labels the Deployment's pods select) have landed;
+    not at all when one of them failed (its own failure is the wave's)."""
+    for label in labels:
+        label.result()
+    return _send(kube, write)
+
+
 def perform(
     kube: KubeApi,
     writes: Sequence[Write],
@@ -117,6 +127,7 @@ def perform(
     meanwhile: Callable[[], None] | None = None,
     every: float | None = None,
     waves: Callable[[Step], int] = wave,
+    after_labels: bool = False,
 ) -> list[Write]:
     """Send ``writes`` wave by wave; returns them once all landed, raises the first failure.
     ``landed`` hears of each write that landed (a delete of something already gone too), with
@@ -125,7 +136,11 @@ def perform(
     the log line. ``meanwhile``: called from this thread every ``every`` seconds while a wave's
     writes are in flight (never concurrently with itself, never after the last wave; ``every``
     defaults to :data:`MEANWHILE_EVERY`). ``waves``: the round of each step (:func:`~.writes.wave`,
-    or :func:`~.writes.gated_wave` for a plan whose pods wait for their gates)."""
+    or :func:`~.writes.paired_wave`, a plan's labels in its Deployments' round). ``after_labels``:
+    a Deployment in the round of the labels it selects is sent once they have landed (its pods
+    are not gated: made before their node's label, they would be tried on no node). The pool
+    takes writes in the order they are sent, each label before the first Deployment selecting
+    it, so a write waiting for a label waits for one already in flight."""
     awaiting = Meanwhile(meanwhile, every)
 
     ordered = in_order(writes, waves)
@@ -137,7 +152,16 @@ def perform(
             steps = Counter(w.step for w in batch)
             name = "+".join(f"{s.name.lower()} {n}" for s, n in sorted(steps.items()))
             started = time.perf_counter()
-            futures = [(w, pool.submit(_send, kube, w)) for w in batch]
+            futures = []
+            sending: dict[tuple[str, str], list[Future[tuple[bool, JSON | None]]]] = {}
+            for w in batch:
+                after = [f for pair in selects(w) for f in sending.get(pair, ())] if after_labels else []
+                future = pool.submit(_send_after, kube, w, after) if after else pool.submit(_send, kube, w)
+                futures.append((w, future))
+                if w.step is Step.LABEL_NODES:
+                    for key, value in (w.labels or {}).items():
+                        if value is not None:
+                            sending.setdefault((key, value), []).append(future)
             failure: tuple[Write, Exception] | None = None
             for write, future in futures:
                 try:

@@ -67,7 +67,7 @@ from gpuplan_operator.writes import (
     Write,
     apply_writes,
     cleanup_writes,
-    gated_wave,
+    paired_wave,
     unlabel_writes,
     wave,
 )
@@ -536,12 +536,12 @@ class PlanService:
         """The writes left after the hand-over (labels, classes, outputs, Deployments, clean-up);
         an Outcome when they failed. Plans may do this side by side: what had to go first is gone."""
         rest = [w for w in prepared.writes if w.step is not Step.DROP] if prepared.done else prepared.writes
-        # a gang plan's pods wait for their gates, which wait for the labels: they go out with its
-        # Deployments, not a round before (a higher-priority plan's 250 nodes labelled and its
-        # 250 Deployments written took 3.3 s each, one after the other, at 1,000 nodes); the
-        # gates of the pods made so far are lifted while the rest are written (``meanwhile``)
+        # a plan's node labels go out with its Deployments, not a round before (writes.paired_wave):
+        # a gang plan's pods wait for their gates, which wait for the labels, and the gates of the
+        # pods made so far are lifted while the rest are written (``meanwhile``); a plan without
+        # the gate sends each Deployment once the labels it selects have landed
         gated = self.gated(prepared.spec)
-        waves = gated_wave if gated else wave
+        waves = paired_wave if prepared.spec.deploy else wave
         meanwhile = self.meanwhile if gated else None
         try:
             prepared.done.extend(
@@ -553,6 +553,7 @@ class PlanService:
                     took=prepared.took,
                     meanwhile=meanwhile,
                     waves=waves,
+                    after_labels=not gated,
                 )
             )
         except ApiException as e:

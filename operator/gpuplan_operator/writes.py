@@ -70,18 +70,21 @@ def wave(step: Step) -> int:
     return _WAVES[step]
 
 
-def gated_wave(step: Step) -> int:
-    """:func:`wave` for a plan whose pods all carry the gang gate: its nodes' labels go out with
-    its Deployments. A pod needs its node's label to be scheduled, not to be created, and a gated
-    pod is not scheduled before its gate is lifted, which waits for the label (the release finds
-    a pod's node by it). PriorityClasses and claim templates still go first: a pod naming one
-    that does not exist is refused at creation."""
+def paired_wave(step: Step) -> int:
+    """:func:`wave` for a plan that makes its pods with Deployments: its nodes' labels go out with
+    its Deployments, not a round before (a higher-priority plan's 250 nodes labelled and its 250
+    Deployments written took 4.6 s and 3.8 s, one after the other, at 1,000 nodes). A pod needs
+    its node's label to be scheduled, not to be created: a gated pod is not scheduled before its
+    gate is lifted, which waits for the label (the release finds a pod's node by it), and a
+    Deployment of a plan without the gate is sent only once the labels it selects have landed
+    (:func:`~gpuplan_operator.apply.perform`, ``after_labels``). PriorityClasses and claim
+    templates still go first: a pod naming one that does not exist is refused at creation."""
     return _WAVES[Step.DEPLOYMENTS] if step is Step.LABEL_NODES else _WAVES[step]
 
 
 def in_order(writes: Iterable[Write], waves: Callable[[Step], int] = wave) -> list[Write]:
     """``writes`` in the order they are sent: wave by wave (``waves``), step by step inside a
-    wave, except that a wave carrying both node labels and Deployments (:func:`gated_wave`) sends
+    wave, except that a wave carrying both node labels and Deployments (:func:`paired_wave`) sends
     each label just before the first Deployment whose pods select it: with a few writes in
     flight at a time, a new plan's first pods then exist, labelled and ready for their gates, a
     moment after its writes begin, not once its hundreds of labels have all gone out."""
@@ -102,7 +105,7 @@ def in_order(writes: Iterable[Write], waves: Callable[[Step], int] = wave) -> li
         rest = [w for w in batch if w.step is not Step.LABEL_NODES]
         for w in rest:
             if w.step is Step.DEPLOYMENTS:
-                for pair in _selects(w):
+                for pair in selects(w):
                     for label in by_value.pop(pair, ()):
                         if id(label) not in sent:
                             sent.add(id(label))
@@ -112,7 +115,7 @@ def in_order(writes: Iterable[Write], waves: Callable[[Step], int] = wave) -> li
     return out
 
 
-def _selects(write: Write) -> list[tuple[str, str]]:
+def selects(write: Write) -> list[tuple[str, str]]:
     """The node labels a Deployment's pods select (its template's ``nodeSelector``)."""
     spec = ((((write.manifest or {}).get("spec") or {}).get("template") or {}).get("spec")) or {}
     selector = spec.get("nodeSelector") or {}

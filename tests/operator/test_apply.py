@@ -8,11 +8,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from gpuplan_operator.apply import perform
 from gpuplan_operator.body import PlanBody
 from gpuplan_operator.cluster import as_applied, read_for_apply
 from gpuplan_operator.metrics import Metrics
-from gpuplan_operator.writes import Step, Verb, Write, gated_wave, in_order
+from gpuplan_operator.writes import Step, Verb, Write, in_order, paired_wave
 
 from planner import Desired
 from tests.operator.builders import node, plan
@@ -31,6 +32,7 @@ class SlowKube(FakeKube):
         self.delay = delay
         self.reads = reads
         self.spans: dict[str, tuple[float, float]] = {}
+        self.created_at: list[tuple[float, str]] = []  # (start, name) of each create
         self._spans = threading.Lock()
 
     def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
@@ -43,6 +45,8 @@ class SlowKube(FakeKube):
         finally:
             with self._spans:
                 self.spans[f"{method} {path}"] = (started, time.monotonic())
+                if method == "POST":
+                    self.created_at.append((started, str(kw["body"]["metadata"]["name"])))
 
 
 def manifest(kind: str, name: str) -> Mapping[str, Any]:
@@ -93,17 +97,17 @@ def label(node_name: str, value: str | None) -> Write:
     return Write(step, Verb.LABEL, "Node", node_name, labels={KEY: value})
 
 
-def test_a_gated_wave_sends_each_label_just_before_the_first_deployment_selecting_it() -> None:
+def test_a_paired_wave_sends_each_label_just_before_the_first_deployment_selecting_it() -> None:
     writes = [
         label("n1", "a"), label("n2", "b"), label("n3", "b"), label("n4", "c"), label("gone", None),
         pinned("d-b", "b"), pinned("d-a", "a"), pinned("d-a2", "a"),
         Write(Step.PRIORITY_CLASSES, Verb.APPLY, "PriorityClass", "pc", None, manifest("PriorityClass", "pc")),
     ]  # fmt: skip
-    names = [w.name for w in in_order(writes, gated_wave)]
+    names = [w.name for w in in_order(writes, paired_wave)]
     # the class first (a pod naming it is refused without it); a label no Deployment selects
     # (n4) after them; removals last, in their own wave
     assert names == ["pc", "n2", "n3", "d-b", "n1", "d-a", "d-a2", "n4", "gone"]
-    # without the gated wave the labels keep a wave of their own, before every Deployment
+    # without the paired wave the labels keep a wave of their own, before every Deployment
     plain = [w.name for w in in_order(writes)]
     assert plain[:5] == ["n1", "n2", "n3", "n4", "pc"] and plain[-1] == "gone"
 
@@ -114,8 +118,38 @@ def test_the_log_names_a_waves_steps_once_however_its_writes_interleave() -> Non
         kube.put("api/v1/nodes", node(n))
     writes = [label("n1", "a"), label("n2", "b"), pinned("d-a", "a"), pinned("d-b", "b")]
     took: dict[str, float] = {}
-    perform(kube, writes, Metrics(), took=took, waves=gated_wave)
+    perform(kube, writes, Metrics(), took=took, waves=paired_wave)
     assert list(took) == ["label_nodes 2+deployments 2"]
+
+
+def test_after_labels_each_deployment_waits_for_its_own_label_and_no_other() -> None:
+    """A plan without the gang gate: its pods are tried by the scheduler as soon as they exist,
+    so each Deployment goes once the label it selects has landed, and not once all have."""
+    kube = SlowKube(delay=0.05)
+    nodes = [f"n{i}" for i in range(8)]
+    for n in nodes:
+        kube.put("api/v1/nodes", node(n))
+    writes = [label(n, n) for n in nodes] + [pinned(f"d-{n}", n) for n in nodes]
+    perform(kube, writes, Metrics(), parallel=4, waves=paired_wave, after_labels=True)
+    labelled = {n: kube.spans[f"PATCH /api/v1/nodes/{n}"] for n in nodes}
+    created = sorted(kube.created_at)  # (start, name) of each Deployment's create
+    for started, name in created:
+        assert labelled[name.removeprefix("d-")][1] <= started  # its label had landed
+    last_label = max(end for _, end in labelled.values())
+    assert created[0][0] < last_label  # the first Deployments did not wait for every label
+
+
+def test_a_deployment_whose_label_failed_is_not_sent() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    kube = SlowKube(delay=0.01)
+    for n in ("n1", "n2"):
+        kube.put("api/v1/nodes", node(n))
+    kube.fail_on = "nodes/n1"
+    writes = [label("n1", "n1"), label("n2", "n2"), pinned("d-n1", "n1"), pinned("d-n2", "n2")]
+    with pytest.raises(ApiException):
+        perform(kube, writes, Metrics(), waves=paired_wave, after_labels=True)
+    assert [name for _, name in kube.created_at] == ["d-n2"]  # no pod would find n1's label
 
 
 def test_an_applys_reads_go_out_together() -> None:
