@@ -112,6 +112,23 @@ def test_a_store_reports_only_changes_that_matter_and_ignores_older_versions() -
     assert not store.apply("DELETED", cordoned)
 
 
+def test_a_pod_that_starts_running_wakes_no_cycle_and_one_that_finishes_does() -> None:
+    told: list[tuple[str, bool]] = []
+    cache = ClusterCache(cluster(), lambda kind, matters: told.append((kind, matters)))
+    p = _plan_pod("a", "ns1", "p")
+    p["status"] = {"phase": "Pending"}
+    cache.pods.replace([p])
+    running = copy.deepcopy(p)
+    running["metadata"]["resourceVersion"] = "2"
+    running["status"]["phase"] = "Running"
+    assert not cache.pods.apply("MODIFIED", running)
+    assert (cache.pods.get("ns1/a") or {})["status"]["phase"] == "Running"  # kept all the same
+    done = copy.deepcopy(running)
+    done["metadata"]["resourceVersion"] = "3"
+    done["status"]["phase"] = "Succeeded"
+    assert cache.pods.apply("MODIFIED", done) and len(cache.pods) == 0  # its cards come free
+
+
 def _plan_pod(name: str, ns: str, plan: str | None, rv: str = "1") -> dict[str, Any]:
     p = pod(name, "n0", 1, labels={PLAN_LABEL: plan, **MANAGED_BY} if plan else {})
     p["metadata"] |= {"namespace": ns, "resourceVersion": rv}
