@@ -114,7 +114,7 @@ def test_a_new_plans_gates_are_lifted_while_its_deployments_are_still_written(
     assert pods and all(GATE not in str(p["spec"].get("schedulingGates")) for p in pods)
 
 
-def test_without_the_gang_gate_the_labels_go_first_and_nothing_is_lifted_meanwhile(
+def test_without_the_gang_gate_the_labels_go_with_the_deployments_and_nothing_is_lifted_meanwhile(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(apply, "MEANWHILE_EVERY", 0.02)
@@ -124,8 +124,9 @@ def test_without_the_gang_gate_the_labels_go_first_and_nothing_is_lifted_meanwhi
     cycle.service.meanwhile = cycle.release_meanwhile
     with caplog.at_level(logging.INFO, logger="gpuplan_operator"):
         cycle.run()
-    # pods not gated: a pod needs its node's label before it is created
-    assert re.search(r"label_nodes \d+\+priority_classes \d+ ", caplog.text), caplog.text
+    # pods not gated: the labels go out with the Deployments, each Deployment once the label it
+    # selects has landed (apply's after_labels), not a round before them all
+    assert re.search(r"label_nodes \d+\+configmap 1\+deployments \d+", caplog.text), caplog.text
     assert not rounds
     statuses = positions(kube, "/gpuallocationplans/g/status")
     assert statuses and statuses[0] > positions(kube, "/deployments/")[-1]
