@@ -26,6 +26,7 @@ overlap).
 from __future__ import annotations
 
 import contextvars
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, MutableMapping, Sequence
@@ -107,14 +108,47 @@ def _send(kube: KubeApi, write: Write) -> tuple[bool, JSON | None]:
     return cluster.delete_object(kube, write.kind, write.name, write.namespace), None
 
 
-def _send_after(
-    kube: KubeApi, write: Write, labels: list[Future[tuple[bool, JSON | None]]]
-) -> tuple[bool, JSON | None]:
-    """:func:`_send` once ``labels`` (the node labels the Deployment's pods select) have landed;
-    not at all when one of them failed (its own failure is the wave's)."""
+class LabelNotWritten(Exception):
+    """A Deployment not sent: a node label its pods select did not land."""
+
+
+Sent = Future[tuple[bool, JSON | None]]
+
+
+def _send_after(pool: ThreadPoolExecutor, kube: KubeApi, write: Write, labels: list[Sent]) -> Sent:
+    """``write`` sent once ``labels`` (the node labels its pods select) have landed, not at all
+    when one of them failed (that failure is the wave's). Nothing waits in a worker meanwhile: a
+    Deployment blocking a worker until its label landed left a 2,480-Deployment plan's writes
+    with a few requests in flight instead of eight (56-63 s against 37-50 s at 1,000 nodes)."""
+    out: Sent = Future()
+    lock = threading.Lock()
+    left = [len(labels)]
+
+    def forward(sent: Sent) -> None:
+        error = sent.exception()
+        if error is not None:
+            out.set_exception(error)
+        else:
+            out.set_result(sent.result())
+
+    def landed(label: Sent) -> None:
+        with lock:
+            if out.done() or left[0] == 0:
+                return
+            if label.exception() is not None:
+                left[0] = 0
+                out.set_exception(
+                    LabelNotWritten(f"{write.kind} {write.name}: its node's label was not written")
+                )
+                return
+            left[0] -= 1
+            if left[0]:
+                return
+        pool.submit(_send, kube, write).add_done_callback(forward)
+
     for label in labels:
-        label.result()
-    return _send(kube, write)
+        label.add_done_callback(landed)
+    return out
 
 
 def perform(
@@ -138,15 +172,20 @@ def perform(
     defaults to :data:`MEANWHILE_EVERY`). ``waves``: the round of each step (:func:`~.writes.wave`,
     or :func:`~.writes.paired_wave`, a plan's labels in its Deployments' round). ``after_labels``:
     a Deployment in the round of the labels it selects is sent once they have landed (its pods
-    are not gated: made before their node's label, they would be tried on no node). The pool
-    takes writes in the order they are sent, each label before the first Deployment selecting
-    it, so a write waiting for a label waits for one already in flight."""
+    are not gated: made before their node's label, they would be tried on no node). The labels
+    then go out in order through a pool of their own, as many at once as the other writes: each
+    Deployment follows its own label instead of queueing behind all of them, and the labels
+    go as fast as they went in a round of their own (a higher-priority plan's 250 took 4.6 s)."""
     awaiting = Meanwhile(meanwhile, every)
 
     ordered = in_order(writes, waves)
     if not ordered:
         return []
-    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="gpuplan-write") as pool:
+    labelling = max(1, parallel) if after_labels else 0
+    with (
+        ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="gpuplan-write") as pool,
+        ThreadPoolExecutor(max_workers=max(1, labelling), thread_name_prefix="gpuplan-label") as labels,
+    ):
         for _, group in groupby(ordered, key=lambda w: waves(w.step)):
             batch = list(group)
             steps = Counter(w.step for w in batch)
@@ -156,7 +195,12 @@ def perform(
             sending: dict[tuple[str, str], list[Future[tuple[bool, JSON | None]]]] = {}
             for w in batch:
                 after = [f for pair in selects(w) for f in sending.get(pair, ())] if after_labels else []
-                future = pool.submit(_send_after, kube, w, after) if after else pool.submit(_send, kube, w)
+                if after:
+                    future = _send_after(pool, kube, w, after)
+                elif labelling and w.step is Step.LABEL_NODES:  # in order, ahead of the Deployments
+                    future = labels.submit(_send, kube, w)
+                else:
+                    future = pool.submit(_send, kube, w)
                 futures.append((w, future))
                 if w.step is Step.LABEL_NODES:
                     for key, value in (w.labels or {}).items():
