@@ -192,7 +192,7 @@ def perform(
             name = "+".join(f"{s.name.lower()} {n}" for s, n in sorted(steps.items()))
             started = time.perf_counter()
             futures = []
-            sending: dict[tuple[str, str], list[Future[tuple[bool, JSON | None]]]] = {}
+            sending: dict[tuple[str, str], list[Sent]] = {}
             for w in batch:
                 after = [f for pair in selects(w) for f in sending.get(pair, ())] if after_labels else []
                 if after:
