@@ -37,7 +37,7 @@ from typing import TypeVar
 from gpuplan_operator import cluster
 from gpuplan_operator.kube import JSON, KubeApi
 from gpuplan_operator.metrics import Metrics
-from gpuplan_operator.writes import Step, Verb, Write, in_order, remember_applied, selects, wave
+from gpuplan_operator.writes import Step, Verb, Write, in_order, remember_applied, selects, sets, wave
 
 PARALLEL_WRITES = 8  # at most this many requests in flight (the connection pool's size)
 MEANWHILE_EVERY = 0.2  # seconds between the calls of ``meanwhile`` during a long wave
@@ -203,9 +203,8 @@ def perform(
                     future = pool.submit(_send, kube, w)
                 futures.append((w, future))
                 if w.step is Step.LABEL_NODES:
-                    for key, value in (w.labels or {}).items():
-                        if value is not None:
-                            sending.setdefault((key, value), []).append(future)
+                    for pair in sets(w):
+                        sending.setdefault(pair, []).append(future)
             failure: tuple[Write, Exception] | None = None
             for write, future in futures:
                 try:

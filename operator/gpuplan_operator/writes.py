@@ -98,9 +98,8 @@ def in_order(writes: Iterable[Write], waves: Callable[[Step], int] = wave) -> li
             continue
         by_value: dict[tuple[str, str], list[Write]] = {}
         for w in labels:
-            for key, value in (w.labels or {}).items():
-                if value is not None:
-                    by_value.setdefault((key, value), []).append(w)
+            for pair in sets(w):
+                by_value.setdefault(pair, []).append(w)
         sent: set[int] = set()
         rest = [w for w in batch if w.step is not Step.LABEL_NODES]
         for w in rest:
@@ -113,6 +112,11 @@ def in_order(writes: Iterable[Write], waves: Callable[[Step], int] = wave) -> li
             out.append(w)
         out.extend(w for w in labels if id(w) not in sent)  # selected by no Deployment
     return out
+
+
+def sets(write: Write) -> list[tuple[str, str]]:
+    """The node labels a label write sets (a removal sets none)."""
+    return [(key, value) for key, value in (write.labels or {}).items() if value is not None]
 
 
 def selects(write: Write) -> list[tuple[str, str]]:
