@@ -181,10 +181,9 @@ def perform(
     ordered = in_order(writes, waves)
     if not ordered:
         return []
-    labelling = max(1, parallel) if after_labels else 0
-    with (
+    with (  # the label pool starts no thread unless ``after_labels`` sends through it
         ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="gpuplan-write") as pool,
-        ThreadPoolExecutor(max_workers=max(1, labelling), thread_name_prefix="gpuplan-label") as labels,
+        ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="gpuplan-label") as labels,
     ):
         for _, group in groupby(ordered, key=lambda w: waves(w.step)):
             batch = list(group)
@@ -197,7 +196,7 @@ def perform(
                 after = [f for pair in selects(w) for f in sending.get(pair, ())] if after_labels else []
                 if after:
                     future = _send_after(pool, kube, w, after)
-                elif labelling and w.step is Step.LABEL_NODES:  # in order, ahead of the Deployments
+                elif after_labels and w.step is Step.LABEL_NODES:  # in order, ahead of the Deployments
                     future = labels.submit(_send, kube, w)
                 else:
                     future = pool.submit(_send, kube, w)
