@@ -19,7 +19,7 @@ from gpuplan_operator.kube import JSON, WatchSilent
 from kubernetes.client.exceptions import ApiException
 
 from planner import MANAGED_BY, PLAN_LABEL, plan_labels, snapshot
-from tests.operator.builders import cluster, node, plan, pod
+from tests.operator.builders import NOW, cluster, node, plan, pod
 
 
 def bulky_node(name: str) -> dict[str, Any]:
@@ -133,6 +133,46 @@ def _plan_pod(name: str, ns: str, plan: str | None, rv: str = "1") -> dict[str, 
     p = pod(name, "n0", 1, labels={PLAN_LABEL: plan, **MANAGED_BY} if plan else {})
     p["metadata"] |= {"namespace": ns, "resourceVersion": rv}
     return p
+
+
+def test_pods_of_a_plan_coming_up_wake_no_cycle_unless_gated_going_or_another_plans() -> None:
+    """The cycle checks a plan coming up on a timer of its own: its pods being made and bound
+    (thousands in a deploy) wake no cycle. A gated pod (the gang release lifts it at once), one
+    being deleted or gone (its cards come free), and another plan's pods still do."""
+
+    def at(kind: str, p: dict[str, Any], rv: str, **meta: Any) -> JSON:
+        p = copy.deepcopy(p)
+        p["metadata"] |= {"resourceVersion": rv, **meta}
+        return {"type": kind, "object": p}
+
+    unbound = _plan_pod("a", "ns1", "p")
+    del unbound["spec"]["nodeName"]
+    gated = copy.deepcopy(unbound)
+    gated["metadata"]["name"] = "b"
+    gated["spec"]["schedulingGates"] = [{"name": "gpuplan.ragnaros.io/gang"}]
+    script = [
+        at("ADDED", unbound, "2"),
+        at("MODIFIED", _plan_pod("a", "ns1", "p"), "3"),  # bound
+        at("ADDED", gated, "4"),
+        at("ADDED", _plan_pod("c", "ns1", "q"), "5"),  # another plan's
+        at("MODIFIED", _plan_pod("a", "ns1", "p"), "6", deletionTimestamp=NOW),
+        at("DELETED", _plan_pod("a", "ns1", "p"), "7"),
+    ]
+
+    def told_for(coming_up: frozenset[tuple[str, str]]) -> list[bool]:
+        told: list[tuple[str, bool]] = []
+        cache = ClusterCache(cluster(), lambda kind, matters: told.append((kind, matters)))
+        cache.coming_up = coming_up
+        (pods,) = [i for i in cache.informers if i.store is cache.pods]
+        watcher = ScriptedWatcher(lists=[], streams=[copy.deepcopy(script)])
+        pods.api = watcher
+        pods.start()
+        assert watcher.done.wait(5)
+        pods.close()
+        return [matters for _, matters in told[1:7]]  # after the first listing's
+
+    assert told_for(frozenset({("ns1", "p")})) == [False, False, True, True, True, True]
+    assert told_for(frozenset()) == [True] * 6
 
 
 def test_the_pods_index_follows_labels_deletions_and_re_lists() -> None:

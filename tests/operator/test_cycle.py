@@ -17,6 +17,7 @@ from gpuplan_operator.cycle.session import Cycle, Report
 from gpuplan_operator.service import Options, PlanService
 from gpuplan_operator.status import Phase
 
+from planner import PLAN_LABEL, plan_labels
 from tests.operator.builders import NODES, NOW, PLANS_NS, cluster, node, plan, pod
 from tests.operator.fake_kube import FakeKube
 
@@ -769,3 +770,33 @@ def test_a_served_plans_node_label_that_no_plan_holds_is_removed_after_the_grace
     for labels in after.values():
         assert labels[lagging] == "v" and labels[other] == "v" and labels[setting] == "P4"
     assert set(labels_of(kube, "a").values()) <= {"p4-0", "p4-1"} and labels_of(kube, "a")
+
+
+def test_the_pods_of_a_plan_coming_up_are_quiet_until_a_check_finds_it_ready() -> None:
+    """While a plan comes up its pods change thousands of times; the cycle checks it on a timer
+    of its own, so the pods' cache is told to wake no cycle for those changes. When a check
+    finds it Ready, a change that landed after the check read the pods (told as quiet under
+    the old set) makes the next cycle come at once."""
+    from gpuplan_operator.service import Outcome
+
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])
+    kube.put(PLANS_NS, plan("d", deploy=True, gang="none", **spec(8)))
+    cycle, cache = cycle_on(kube)
+    report = cycle.run()
+    assert report.planned == ["ns/d"]
+    assert cache.coming_up == {("ns", plan_labels("d")[PLAN_LABEL])}
+    assert report.wake_in is not None and report.wake_in <= cycle.options.ready_poll  # its own timer
+
+    def ready_then_a_pod_changes(plan: PlanBody) -> Outcome:
+        cache.pods.apply("ADDED", plan_pod("d-0", "p4-0", 8, "d"))  # after the check read them
+        return Outcome(Phase.APPLIED, "", ready=True)
+
+    cycle.service.check_readiness = ready_then_a_pod_changes  # type: ignore[method-assign]
+    report = cycle.run()
+    assert report.checked == 1 and cache.coming_up == frozenset()
+    assert report.wake_in == 0.0  # the pod is looked at by a cycle that comes at once ...
+    cycle.service.check_readiness = lambda plan: Outcome(Phase.APPLIED, "", ready=True)  # type: ignore[method-assign]
+    report = cycle.run()
+    assert report.checked == 1  # ... and then the plan is Ready with nothing new
+    assert report.wake_in is None or report.wake_in > 0
+    assert cycle.run().checked == 0

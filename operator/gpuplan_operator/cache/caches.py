@@ -14,8 +14,10 @@ writes is put in at once (:meth:`ClusterCache.assume_written`); a version the wa
 replaces it, an older one never does.
 
 ``on_change(kind, matters)`` is called from the informers' threads on every change; the caller
-hands it to the event loop. :meth:`ClusterCache.health` says which watch has been quiet longer
-than it may (a silent stream is re-opened by its informer; this is the check that it was).
+hands it to the event loop. A pod of a plan coming up (:attr:`ClusterCache.coming_up`, the
+cycle's to set) made or bound is told as not mattering: the cycle checks that plan on a timer.
+:meth:`ClusterCache.health` says which watch has been quiet longer than it may (a silent
+stream is re-opened by its informer; this is the check that it was).
 """
 
 from __future__ import annotations
@@ -124,8 +126,11 @@ class ClusterCache:
 
         self._told = told
 
+        # (namespace, plan label) of the plans coming up, set by the cycle (:meth:`_quiet_pod`)
+        self.coming_up: frozenset[tuple[str, str]] = frozenset()
+        quiet = {PODS: self._quiet_pod}
         self.informers = [
-            Informer(api, paths[s.kind], s, told, resync, silence)
+            Informer(api, paths[s.kind], s, told, resync, silence, quiet=quiet.get(s.kind))
             for s in (self.nodes, self.pods, self.slices, self.claims, self.topologies, self.plans)
         ]
         managed = {"labelSelector": ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())}
@@ -153,6 +158,19 @@ class ClusterCache:
                 query={"fieldSelector": f"metadata.name={TOPOLOGY_CRD}"},
             )
         )
+
+    def _quiet_pod(self, event: str, pod: Mapping[str, Any]) -> bool:
+        """Is this a change only readiness reads, of a pod of a plan coming up (:attr:`coming_up`)?
+        The cycle checks such a plan on a timer of its own, so the change wakes no cycle: a
+        deploy's pods are made and bound thousands of times, and each woke one that had nothing
+        else to do. Not so a pod that goes, finishes or is being deleted (its cards come free), nor
+        a gated one (its gate is the gang release's to lift at once)."""
+        up = self.coming_up
+        if not up or event == "DELETED" or _pod_plan(pod) not in up:
+            return False
+        meta = pod.get("metadata") or {}
+        gated = bool((pod.get("spec") or {}).get("schedulingGates"))
+        return not gated and not meta.get("deletionTimestamp") and trim.pod_kept(pod)
 
     @property
     def stores(self) -> list[Store]:

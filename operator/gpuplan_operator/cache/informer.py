@@ -74,11 +74,15 @@ class Informer:
         resync: float = RESYNC,
         silence: float = SILENCE,
         query: Mapping[str, Any] | None = None,
+        quiet: Callable[[str, Mapping[str, Any]], bool] | None = None,
     ) -> None:
+        """``quiet(event type, object)``: an event that changed what matters in the store but that
+        nobody needs to hear of at once (it is told as not mattering)."""
         self.api = api
         self.path = path
         self.store = store
         self.on_change = on_change
+        self.quiet = quiet
         self.resync = resync
         self.silence = silence
         self.query = dict(query or {})
@@ -183,6 +187,8 @@ class Informer:
                 if kind == "BOOKMARK":
                     continue
                 matters = self.store.apply(str(kind), obj)
+                if matters and self.quiet is not None and self.quiet(str(kind), obj):
+                    matters = False
                 self.on_change(self.store, matters)
                 if self.stop.is_set():
                     break

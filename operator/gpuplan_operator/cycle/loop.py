@@ -15,7 +15,10 @@ cycle, and not all at once:
   debounce);
 - a plan created, changed or deleted runs a cycle almost at once (a short coalescing window lets
   one ``kubectl apply`` of several plans be one cycle);
-- a pod of a plan changing runs a cycle at once too, which only re-checks readiness.
+- a pod of a plan changing runs a cycle at once too, which only re-checks readiness; except a pod
+  of a plan coming up, made or bound
+  (:attr:`~gpuplan_operator.cache.caches.ClusterCache.coming_up`): the cycle checks such a plan
+  on a timer of its own.
 
 A cycle that moved a plan runs another right after, for the plans before it in the order (the
 ones after it were already planned around it). Otherwise the next cycle comes when the last one

@@ -70,7 +70,7 @@ from gpuplan_operator.metrics import Trigger
 from gpuplan_operator.service import Outcome, PlanService
 from gpuplan_operator.status import Phase
 from gpuplan_operator.watch import down_since, is_down, planning_view, utcnow
-from planner import InvalidInput
+from planner import PLAN_LABEL, InvalidInput
 
 log = logging.getLogger("gpuplan_operator")
 
@@ -226,6 +226,7 @@ class Cycle:
             self._release(read, [p for p in fresh.values() if self.serves(p)], report)
             released = time.perf_counter()
             report.checked = self._readiness(fresh, set(report.planned), report)
+            self._coming_up(fresh, report)
             checked = time.perf_counter()
             self._sweep(read, report)
             done = time.perf_counter()
@@ -543,6 +544,25 @@ class Cycle:
             if not outcome.ready:
                 report.soon(self.options.ready_poll)
         return len(due)
+
+    def _coming_up(self, plans: Mapping[str, PlanBody], report: Report) -> None:
+        """Tell the pods' cache which plans are coming up (applied, not Ready): their pods'
+        changes wake no cycle, the checks' own timer (:meth:`_readiness`) comes back for them
+        within the ready poll. A plan that leaves the set (found Ready) and whose pods changed
+        since it was checked may have had that change told as quiet: the next cycle runs at once."""
+        up, leaving = set(), []
+        for uid, plan in plans.items():
+            memory = self.memory.get(uid)
+            if memory is None or memory.phase is not Phase.APPLIED or not plan.deploy:
+                continue
+            key = (plan.namespace, plan.labels[PLAN_LABEL])
+            if not memory.ready and not plan.deleting and self._writable(plan):
+                up.add(key)
+            elif key in self.cache.coming_up:
+                leaving.append((memory, plan))
+        self.cache.coming_up = frozenset(up)
+        if any(self._pods(plan) != memory.pods for memory, plan in leaving):  # after the update
+            report.soon(0.0)
 
     def _check_wait(self, memory: _Memory) -> float:
         """Seconds until a plan that is not Ready may be checked again: :data:`CHECK_SPACING`
