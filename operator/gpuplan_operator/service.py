@@ -66,6 +66,7 @@ from gpuplan_operator.writes import (
     Step,
     Write,
     apply_writes,
+    cleans_up,
     cleanup_writes,
     paired_wave,
     unlabel_writes,
@@ -135,7 +136,8 @@ class Prepared:
     writes: list[Write]
     shared: Shared | None = None  # planned together: admission, elastic requests
     done: list[Write] = field(default_factory=list)  # performed already (the hand-over)
-    written: bool = False  # every write performed: only the status is left
+    written: bool = False  # every write performed: only the status is left (and ``later``)
+    later: list[Write] = field(default_factory=list)  # the clean-up, sent after every plan's status
     took: dict[str, float] = field(default_factory=dict)  # seconds by stage, for the log line
     known_digest: bytes | None = None  # the digest of ``desired``, when it was taken before
 
@@ -532,10 +534,16 @@ class PlanService:
         except ApiException as e:
             log.warning("%s: releasing cards in status failed: %s", prepared.plan.ref, api_error_message(e))
 
-    def write_rest(self, prepared: Prepared) -> Outcome | None:
+    def write_rest(self, prepared: Prepared, clean_up: bool = True) -> Outcome | None:
         """The writes left after the hand-over (labels, classes, outputs, Deployments, clean-up);
-        an Outcome when they failed. Plans may do this side by side: what had to go first is gone."""
-        rest = [w for w in prepared.writes if w.step is not Step.DROP] if prepared.done else prepared.writes
+        an Outcome when they failed. Plans may do this side by side: what had to go first is gone.
+        Without ``clean_up``, the last round (:func:`~.writes.cleans_up`) is left in ``later``
+        for :meth:`clean_up`: the cycle sends it once every plan's new instances are written."""
+        sent = {id(w) for w in prepared.done}
+        rest = [w for w in prepared.writes if id(w) not in sent]
+        if not clean_up:
+            prepared.later = [w for w in rest if cleans_up(w.step)]
+            rest = [w for w in rest if not cleans_up(w.step)]
         # a plan's node labels go out with its Deployments, not a round before (writes.paired_wave):
         # a gang plan's pods wait for their gates, which wait for the labels, and the gates of the
         # pods made so far are lifted while the rest are written (``meanwhile``); a plan without
@@ -559,6 +567,24 @@ class PlanService:
         except ApiException as e:
             return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
         prepared.written = True
+        return None
+
+    def clean_up(self, prepared: Prepared) -> Outcome | None:
+        """What :meth:`write_rest` left for after every plan's writes (node labels no pod selects
+        any more, classes no pod names); an Outcome when it failed (the plan is tried again, and
+        its next apply finds the labels still there)."""
+        if not prepared.later:
+            return None
+        started = time.perf_counter()
+        try:
+            done = perform(self.kube, prepared.later, self.metrics, landed=self.on_written)
+        except ApiException as e:
+            return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
+        prepared.done.extend(done)
+        prepared.later = []
+        took = time.perf_counter() - started
+        changes = Changes.of(done).describe()
+        log.info("%s: cleaned up %d writes (%.2fs): %s", prepared.plan.ref, len(done), took, changes)
         return None
 
     @staticmethod

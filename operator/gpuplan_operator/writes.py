@@ -70,6 +70,13 @@ def wave(step: Step) -> int:
     return _WAVES[step]
 
 
+def cleans_up(step: Step) -> bool:
+    """Does the step remove what no pod refers to any more (the last round)? A cycle that writes
+    several plans sends these once every plan's new instances are written: they free nothing a
+    pod waits for, and sent beside another plan's Deployments they only slow them."""
+    return _WAVES[step] == _WAVES[Step.UNLABEL_NODES]
+
+
 def paired_wave(step: Step) -> int:
     """:func:`wave` for a plan that makes its pods with Deployments: its nodes' labels go out with
     its Deployments, not a round before (a higher-priority plan's 250 nodes labelled and its 250

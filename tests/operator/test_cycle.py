@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -800,3 +801,80 @@ def test_the_pods_of_a_plan_coming_up_are_quiet_until_a_check_finds_it_ready() -
     assert report.checked == 1  # ... and then the plan is Ready with nothing new
     assert report.wake_in is None or report.wake_in > 0
     assert cycle.run().checked == 0
+
+
+def test_a_plan_that_gives_cards_up_unlabels_its_nodes_after_the_taker_s_deployments_and_statuses() -> None:
+    """The node labels of a shrinking plan's leaving instances are selected by no pod: sent beside
+    the higher plan's new Deployments, they only slowed them. They go last in the cycle."""
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])  # 32 cards
+    flex = {"face_feature_extract": {"P4": {"min": 8, "max": 32}}}
+    kube.put(PLANS_NS, plan("flex", deploy=True, gang="none", requests=flex))
+    cycle, cache = cycle_on(kube)
+    cycle.run()
+    assert status_of(kube, "flex")["cardsPlaced"] == 32
+    flex_key = "gpuplan.ragnaros.io/ns.flex"
+    bodies: list[tuple[str, str, Any]] = []
+    request = kube.request
+
+    def recorded(method: str, path: str, **kwargs: Any) -> Any:
+        bodies.append((method, path, kwargs.get("body")))
+        return request(method, path, **kwargs)
+
+    kube.request = recorded  # type: ignore[method-assign]
+    two_nodes = {"face_image_flow": {"resourceNum": {"P4": 16}, "machineNum": {"P4": 2}}}
+    kube.put(PLANS_NS, plan("high", deploy=True, gang="none", priority=10, requests=two_nodes))
+    cache.plans.replace(request("GET", f"/{PLANS_NS}")["items"])
+    cache.nodes.replace(request("GET", f"/{NODES}")["items"])  # flex's labels, as the watch told them
+    cycle.run()
+    assert status_of(kube, "flex")["cardsPlaced"] == 16 and status_of(kube, "high")["phase"] == "Applied"
+
+    def at(found: Callable[[str, str, Any], bool]) -> list[int]:
+        return [i for i, (m, p, b) in enumerate(bodies) if found(m, p, b)]
+
+    unlabels = at(
+        lambda m, p, b: m == "PATCH" and "/nodes/" in p and b["metadata"]["labels"].get(flex_key, 0) is None
+    )
+    created = at(lambda m, p, b: m == "POST" and p.endswith("/deployments"))
+    statuses = at(lambda m, p, b: m == "PATCH" and p.endswith("/status"))
+    assert len(unlabels) == 2 and created and statuses
+    assert min(unlabels) > max(created) and min(unlabels) > max(statuses)
+
+
+def test_a_clean_up_that_fails_is_an_error_and_the_retry_unlabels_the_nodes() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    kube = cluster(*[node(f"p4-{i}") for i in range(4)])
+    flex = {"face_feature_extract": {"P4": {"min": 8, "max": 32}}}
+    kube.put(PLANS_NS, plan("flex", deploy=True, gang="none", requests=flex))
+    cycle, cache = cycle_on(kube)
+    cycle.run()
+    flex_key = "gpuplan.ragnaros.io/ns.flex"
+    request = kube.request
+    refuse = [True]
+
+    def refusing(method: str, path: str, **kwargs: Any) -> Any:
+        body: Any = kwargs.get("body")
+        unlabel = (
+            method == "PATCH" and "/nodes/" in path and body["metadata"]["labels"].get(flex_key, 0) is None
+        )
+        if unlabel and refuse[0]:
+            raise ApiException(status=500, reason="Injected")
+        return request(method, path, **kwargs)
+
+    kube.request = refusing  # type: ignore[method-assign]
+    two_nodes = {"face_image_flow": {"resourceNum": {"P4": 16}, "machineNum": {"P4": 2}}}
+    kube.put(PLANS_NS, plan("high", deploy=True, gang="none", priority=10, requests=two_nodes))
+    cache.plans.replace(request("GET", f"/{PLANS_NS}")["items"])
+    cache.nodes.replace(request("GET", f"/{NODES}")["items"])
+    cycle.run()
+    assert phase(kube, "flex") == "Error" and phase(kube, "high") == "Applied"
+    assert sum(flex_key in labels for labels in [n["metadata"]["labels"] for n in kube.items(NODES)]) == 4
+
+    refuse[0] = False
+    for memory in cycle.memory.values():
+        memory.retry_at = 0.0
+    cache.plans.replace(request("GET", f"/{PLANS_NS}")["items"])
+    cache.nodes.replace(request("GET", f"/{NODES}")["items"])
+    cycle.run()
+    assert phase(kube, "flex") == "Applied"
+    assert sum(flex_key in labels for labels in [n["metadata"]["labels"] for n in kube.items(NODES)]) == 2

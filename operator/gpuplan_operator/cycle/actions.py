@@ -203,10 +203,11 @@ def hand_over(
     if placing is not None:
         placing({p.plan.ref: service.applied_of(p) for p in prepared if p.plan.uid not in outcomes})
     with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-apply") as pool:
-        write_rest = alone(service, _plan_of, service.write_rest)
-        for p, failed in zip(prepared, pool.map(in_context(write_rest), prepared), strict=True):
-            if failed is not None:
-                outcomes[p.plan.uid] = failed
+        write_rest = alone(service, _plan_of, lambda p: service.write_rest(p, clean_up=False))
+        for p, failure in zip(prepared, pool.map(in_context(write_rest), prepared), strict=True):
+            if failure is not None:
+                outcomes[p.plan.uid] = failure
+    unfinished = set(outcomes)  # their writes did not all land: no clean-up after them
 
     def finish(item: tuple[Step, Prepared]) -> Outcome | None:
         step, p = item
@@ -230,6 +231,17 @@ def hand_over(
                 if outcome is not None:
                     outcomes[p.plan.uid] = outcome
     stages["statuses"] = time.perf_counter() - statuses
+    # last, what no pod refers to any more (the node labels of a plan's leaving instances): sent
+    # beside another plan's new Deployments, these only slowed them
+    cleaning = [p for p in prepared if p.later and p.plan.uid not in unfinished]
+    if cleaning:
+        started = time.perf_counter()
+        clean_up = alone(service, _plan_of, service.clean_up)
+        with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-clean") as pool:
+            for p, outcome in zip(cleaning, pool.map(in_context(clean_up), cleaning), strict=True):
+                if outcome is not None:
+                    outcomes[p.plan.uid] = outcome
+        stages["clean-up"] = time.perf_counter() - started
     return outcomes
 
 
