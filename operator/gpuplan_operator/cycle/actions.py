@@ -202,11 +202,8 @@ def hand_over(
             outcomes[p.plan.uid] = failed
     if placing is not None:
         placing({p.plan.ref: service.applied_of(p) for p in prepared if p.plan.uid not in outcomes})
-    with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-apply") as pool:
-        write_rest = alone(service, _plan_of, lambda p: service.write_rest(p, clean_up=False))
-        for p, failure in zip(prepared, pool.map(in_context(write_rest), prepared), strict=True):
-            if failure is not None:
-                outcomes[p.plan.uid] = failure
+    write_rest = alone(service, _plan_of, lambda p: service.write_rest(p, clean_up=False))
+    _side_by_side(write_rest, prepared, outcomes, "gpuplan-apply")
     unfinished = set(outcomes)  # their writes did not all land: no clean-up after them
 
     def finish(item: tuple[Step, Prepared]) -> Outcome | None:
@@ -236,13 +233,22 @@ def hand_over(
     cleaning = [p for p in prepared if p.later and p.plan.uid not in unfinished]
     if cleaning:
         started = time.perf_counter()
-        clean_up = alone(service, _plan_of, service.clean_up)
-        with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix="gpuplan-clean") as pool:
-            for p, outcome in zip(cleaning, pool.map(in_context(clean_up), cleaning), strict=True):
-                if outcome is not None:
-                    outcomes[p.plan.uid] = outcome
+        _side_by_side(alone(service, _plan_of, service.clean_up), cleaning, outcomes, "gpuplan-clean")
         stages["clean-up"] = time.perf_counter() - started
     return outcomes
+
+
+def _side_by_side(
+    step: Callable[[Prepared], Outcome | None],
+    prepared: Sequence[Prepared],
+    outcomes: dict[str, Outcome],
+    name: str,
+) -> None:
+    """``step`` for every plan, :data:`PARALLEL_PLANS` at a time; a plan's failure is its outcome."""
+    with ThreadPoolExecutor(max_workers=PARALLEL_PLANS, thread_name_prefix=name) as pool:
+        for p, failure in zip(prepared, pool.map(in_context(step), prepared), strict=True):
+            if failure is not None:
+                outcomes[p.plan.uid] = failure
 
 
 def _plan_of(prepared: Prepared) -> PlanBody:

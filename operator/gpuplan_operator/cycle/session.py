@@ -70,7 +70,7 @@ from gpuplan_operator.metrics import Trigger
 from gpuplan_operator.service import Outcome, PlanService
 from gpuplan_operator.status import Phase
 from gpuplan_operator.watch import down_since, is_down, planning_view, utcnow
-from planner import PLAN_LABEL, InvalidInput
+from planner import InvalidInput
 
 log = logging.getLogger("gpuplan_operator")
 
@@ -550,17 +550,18 @@ class Cycle:
         changes wake no cycle, the checks' own timer (:meth:`_readiness`) comes back for them
         within the ready poll. A plan that leaves the set (found Ready) and whose pods changed
         since it was checked may have had that change told as quiet: the next cycle runs at once."""
-        up, leaving = set(), []
+        coming: list[PlanBody] = []
+        others: list[tuple[_Memory, PlanBody]] = []
         for uid, plan in plans.items():
             memory = self.memory.get(uid)
             if memory is None or memory.phase is not Phase.APPLIED or not plan.deploy:
                 continue
-            key = (plan.namespace, plan.labels[PLAN_LABEL])
             if not memory.ready and not plan.deleting and self._writable(plan):
-                up.add(key)
-            elif key in self.cache.coming_up:
-                leaving.append((memory, plan))
-        self.cache.coming_up = frozenset(up)
+                coming.append(plan)
+            else:
+                others.append((memory, plan))
+        was, self.cache.coming_up = self.cache.coming_up, frozenset(reserve.plan_owners(coming))
+        leaving = [(memory, plan) for memory, plan in others if reserve.plan_owners([plan]) & was]
         if any(self._pods(plan) != memory.pods for memory, plan in leaving):  # after the update
             report.soon(0.0)
 
