@@ -803,37 +803,54 @@ def test_the_pods_of_a_plan_coming_up_are_quiet_until_a_check_finds_it_ready() -
     assert cycle.run().checked == 0
 
 
-def test_a_plan_that_gives_cards_up_unlabels_its_nodes_after_the_taker_s_deployments_and_statuses() -> None:
-    """The node labels of a shrinking plan's leaving instances are selected by no pod: sent beside
-    the higher plan's new Deployments, they only slowed them. They go last in the cycle."""
+FLEX_KEY = "gpuplan.ragnaros.io/ns.flex"
+Request = Callable[..., Any]
+
+
+def unlabels_flex(method: str, path: str, body: Any) -> bool:
+    """Is this request the removal of plan flex's label from a node?"""
+    return method == "PATCH" and "/nodes/" in path and body["metadata"]["labels"].get(FLEX_KEY, 0) is None
+
+
+def flex_then_high(wrap: Callable[[Request], Request]) -> tuple[FakeKube, Cycle, ClusterCache, Request]:
+    """An elastic plan on four nodes, then a higher one that takes two of them whole; every
+    request of the second cycle goes through ``wrap`` (given the fake's own ``request``, which
+    is returned for reading the fake directly)."""
     kube = cluster(*[node(f"p4-{i}") for i in range(4)])  # 32 cards
     flex = {"face_feature_extract": {"P4": {"min": 8, "max": 32}}}
     kube.put(PLANS_NS, plan("flex", deploy=True, gang="none", requests=flex))
     cycle, cache = cycle_on(kube)
     cycle.run()
     assert status_of(kube, "flex")["cardsPlaced"] == 32
-    flex_key = "gpuplan.ragnaros.io/ns.flex"
-    bodies: list[tuple[str, str, Any]] = []
     request = kube.request
-
-    def recorded(method: str, path: str, **kwargs: Any) -> Any:
-        bodies.append((method, path, kwargs.get("body")))
-        return request(method, path, **kwargs)
-
-    kube.request = recorded  # type: ignore[method-assign]
+    kube.request = wrap(request)  # type: ignore[method-assign]
     two_nodes = {"face_image_flow": {"resourceNum": {"P4": 16}, "machineNum": {"P4": 2}}}
     kube.put(PLANS_NS, plan("high", deploy=True, gang="none", priority=10, requests=two_nodes))
     cache.plans.replace(request("GET", f"/{PLANS_NS}")["items"])
     cache.nodes.replace(request("GET", f"/{NODES}")["items"])  # flex's labels, as the watch told them
     cycle.run()
+    return kube, cycle, cache, request
+
+
+def test_a_plan_that_gives_cards_up_unlabels_its_nodes_after_the_taker_s_deployments_and_statuses() -> None:
+    """The node labels of a shrinking plan's leaving instances are selected by no pod: sent beside
+    the higher plan's new Deployments, they only slowed them. They go last in the cycle."""
+    bodies: list[tuple[str, str, Any]] = []
+
+    def recorded(request: Request) -> Request:
+        def run(method: str, path: str, **kwargs: Any) -> Any:
+            bodies.append((method, path, kwargs.get("body")))
+            return request(method, path, **kwargs)
+
+        return run
+
+    kube, *_ = flex_then_high(recorded)
     assert status_of(kube, "flex")["cardsPlaced"] == 16 and status_of(kube, "high")["phase"] == "Applied"
 
     def at(found: Callable[[str, str, Any], bool]) -> list[int]:
         return [i for i, (m, p, b) in enumerate(bodies) if found(m, p, b)]
 
-    unlabels = at(
-        lambda m, p, b: m == "PATCH" and "/nodes/" in p and b["metadata"]["labels"].get(flex_key, 0) is None
-    )
+    unlabels = at(unlabels_flex)
     created = at(lambda m, p, b: m == "POST" and p.endswith("/deployments"))
     statuses = at(lambda m, p, b: m == "PATCH" and p.endswith("/status"))
     assert len(unlabels) == 2 and created and statuses
@@ -843,32 +860,19 @@ def test_a_plan_that_gives_cards_up_unlabels_its_nodes_after_the_taker_s_deploym
 def test_a_clean_up_that_fails_is_an_error_and_the_retry_unlabels_the_nodes() -> None:
     from kubernetes.client.exceptions import ApiException
 
-    kube = cluster(*[node(f"p4-{i}") for i in range(4)])
-    flex = {"face_feature_extract": {"P4": {"min": 8, "max": 32}}}
-    kube.put(PLANS_NS, plan("flex", deploy=True, gang="none", requests=flex))
-    cycle, cache = cycle_on(kube)
-    cycle.run()
-    flex_key = "gpuplan.ragnaros.io/ns.flex"
-    request = kube.request
     refuse = [True]
 
-    def refusing(method: str, path: str, **kwargs: Any) -> Any:
-        body: Any = kwargs.get("body")
-        unlabel = (
-            method == "PATCH" and "/nodes/" in path and body["metadata"]["labels"].get(flex_key, 0) is None
-        )
-        if unlabel and refuse[0]:
-            raise ApiException(status=500, reason="Injected")
-        return request(method, path, **kwargs)
+    def refusing(request: Request) -> Request:
+        def run(method: str, path: str, **kwargs: Any) -> Any:
+            if refuse[0] and unlabels_flex(method, path, kwargs.get("body")):
+                raise ApiException(status=500, reason="Injected")
+            return request(method, path, **kwargs)
 
-    kube.request = refusing  # type: ignore[method-assign]
-    two_nodes = {"face_image_flow": {"resourceNum": {"P4": 16}, "machineNum": {"P4": 2}}}
-    kube.put(PLANS_NS, plan("high", deploy=True, gang="none", priority=10, requests=two_nodes))
-    cache.plans.replace(request("GET", f"/{PLANS_NS}")["items"])
-    cache.nodes.replace(request("GET", f"/{NODES}")["items"])
-    cycle.run()
+        return run
+
+    kube, cycle, cache, request = flex_then_high(refusing)
     assert phase(kube, "flex") == "Error" and phase(kube, "high") == "Applied"
-    assert sum(flex_key in labels for labels in [n["metadata"]["labels"] for n in kube.items(NODES)]) == 4
+    assert sum(FLEX_KEY in labels for labels in [n["metadata"]["labels"] for n in kube.items(NODES)]) == 4
 
     refuse[0] = False
     for memory in cycle.memory.values():
@@ -877,4 +881,4 @@ def test_a_clean_up_that_fails_is_an_error_and_the_retry_unlabels_the_nodes() ->
     cache.nodes.replace(request("GET", f"/{NODES}")["items"])
     cycle.run()
     assert phase(kube, "flex") == "Applied"
-    assert sum(flex_key in labels for labels in [n["metadata"]["labels"] for n in kube.items(NODES)]) == 2
+    assert sum(FLEX_KEY in labels for labels in [n["metadata"]["labels"] for n in kube.items(NODES)]) == 2
