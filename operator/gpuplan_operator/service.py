@@ -68,6 +68,7 @@ from gpuplan_operator.writes import (
     apply_writes,
     cleans_up,
     cleanup_writes,
+    frees_or_prepares,
     paired_wave,
     unlabel_writes,
     wave,
@@ -156,6 +157,11 @@ class Prepared:
 
 
 _ENCODE = msgspec.json.Encoder(order="deterministic")
+
+
+def _one_round(step: Step) -> int:
+    """Every step of the hand-over's writes in one round: none depends on another."""
+    return 1
 
 
 def _digest(desired: Desired) -> bytes:
@@ -510,12 +516,16 @@ class PlanService:
     def hand_over(self, prepared: Prepared) -> Outcome | None:
         """The writes that free cards (Deployments the plan no longer wants): every plan's go
         before any plan's new instances are written, so cards passing from one plan to another
-        are released before they are taken. None when they landed."""
-        drops = [w for w in prepared.writes if w.step is Step.DROP]
+        are released before they are taken. The plan's new priority classes and claim templates
+        go with them, in one round (:func:`~.writes.frees_or_prepares`): they take no cards, and
+        its Deployments need them. None when they landed."""
+        drops = [w for w in prepared.writes if frees_or_prepares(w.step)]
         if not drops:
             return None
         try:
-            perform(self.kube, drops, self.metrics, landed=self.on_written, took=prepared.took)
+            perform(
+                self.kube, drops, self.metrics, landed=self.on_written, took=prepared.took, waves=_one_round
+            )
         except ApiException as e:
             return self._apply_failed(prepared.plan, prepared.result, api_error_message(e), self.clock())
         prepared.done.extend(drops)

@@ -882,3 +882,53 @@ def test_a_clean_up_that_fails_is_an_error_and_the_retry_unlabels_the_nodes() ->
     cycle.run()
     assert phase(kube, "flex") == "Applied"
     assert sum(FLEX_KEY in labels for labels in [n["metadata"]["labels"] for n in kube.items(NODES)]) == 2
+
+
+def test_the_taker_s_priority_class_goes_out_beside_the_giver_s_drops() -> None:
+    """Classes take no cards: a higher plan's class is sent while the shrinking plan's Deployments
+    are deleted, not in a round after them (its Deployments need it, and wait one round less)."""
+    import threading
+
+    class_sent = threading.Event()
+    during_drops: list[bool] = []
+
+    def watching(request: Request) -> Request:
+        def run(method: str, path: str, **kwargs: Any) -> Any:
+            if "/priorityclasses" in path and method in ("POST", "PATCH", "PUT"):
+                class_sent.set()
+            if method == "DELETE" and "/deployments/" in path:
+                during_drops.append(class_sent.wait(2.0))  # a drop in flight waits for the class
+            return request(method, path, **kwargs)
+
+        return run
+
+    kube, *_ = flex_then_high(watching)
+    assert status_of(kube, "flex")["cardsPlaced"] == 16 and phase(kube, "high") == "Applied"
+    assert during_drops and all(during_drops)
+
+
+def test_a_plan_whose_drops_fail_writes_nothing_more_and_others_still_apply() -> None:
+    """Its rest (ConfigMap, Deployments, the drops sent again) waits for its retry."""
+    from kubernetes.client.exceptions import ApiException
+
+    after: list[tuple[str, str]] = []
+    failed = [False]
+
+    def refusing(request: Request) -> Request:
+        def run(method: str, path: str, **kwargs: Any) -> Any:
+            if method == "DELETE" and "/deployments/" in path and "flex" in path and not failed[0]:
+                failed[0] = True  # once: a passing error, which the retry after the backoff mends
+                raise ApiException(status=500, reason="Injected")
+            if failed[0] and method != "GET":
+                after.append((method, path))
+            return request(method, path, **kwargs)
+
+        return run
+
+    kube, *_ = flex_then_high(refusing)
+    assert phase(kube, "flex") == "Error" and phase(kube, "high") == "Applied"
+    # the failed drop's wave finishes (its other drop), nothing after it: no ConfigMap, no drop again
+    again = [p for m, p in after if m == "DELETE"]
+    flex_writes = [(m, p) for m, p in after if "flex" in p and m != "DELETE" and not p.endswith("/status")]
+    assert not flex_writes and len(again) == len(set(again)) <= 1
+    assert any(m == "POST" and p.endswith("/deployments") for m, p in after)  # high's still went

@@ -18,10 +18,11 @@ in the cluster as this process last wrote them (only its score or message change
 elsewhere changes every plan's score) has only its status written. When it places every
 instance where that apply did, from the same spec, it is not even rendered again: what the apply
 rendered is kept (:meth:`~gpuplan_operator.service.PlanService.landed_unrendered`). Then every plan's
-Deployments that leave go, for all plans, before any plan writes the rest: cards passing from
-one plan to another are released before the instances that take them are created, so no node
-is asked for more cards than it has. Then labels, classes, the ConfigMap, claim templates and
-Deployments, plans side by side, and the statuses in :func:`release_rounds` (side by side
+Deployments that leave go, for all plans side by side, before any plan writes the rest: cards
+passing from one plan to another are released before the instances that take them are created,
+so no node is asked for more cards than it has (the new priority classes and claim templates go
+with them: they take no cards). Then labels, the ConfigMap and Deployments, plans side by side
+(a plan whose drops failed writes nothing more), and the statuses in :func:`release_rounds` (side by side
 where no plan waits on another).
 
 Before those writes the cycle is told every plan's placement as it will be (``placing``), and
@@ -197,13 +198,12 @@ def hand_over(
     prepared.extend(landed)
     stages["read and compare"] = time.perf_counter() - begun - stages["render"]
     writing = time.perf_counter()
-    for p in prepared:
-        if (failed := alone(service, _plan_of, service.hand_over)(p)) is not None:
-            outcomes[p.plan.uid] = failed
+    _side_by_side(alone(service, _plan_of, service.hand_over), prepared, outcomes, "gpuplan-drop")
+    going = [p for p in prepared if p.plan.uid not in outcomes]  # a plan whose drops failed stops
     if placing is not None:
-        placing({p.plan.ref: service.applied_of(p) for p in prepared if p.plan.uid not in outcomes})
+        placing({p.plan.ref: service.applied_of(p) for p in going})
     write_rest = alone(service, _plan_of, lambda p: service.write_rest(p, clean_up=False))
-    _side_by_side(write_rest, prepared, outcomes, "gpuplan-apply")
+    _side_by_side(write_rest, going, outcomes, "gpuplan-apply")
     unfinished = set(outcomes)  # their writes did not all land: no clean-up after them
 
     def finish(item: tuple[Step, Prepared]) -> Outcome | None:
