@@ -31,8 +31,8 @@ Every phase's work is kept in a ledger (:mod:`ledger`: the API server's requests
 seconds it took answering them, each control-plane process's CPU), printed after the table.
 ``--floor-before`` times the floor once more before the operator starts (the control plane
 slows down within a run, so the later floor alone flatters the operator); ``--gang none`` deploys
-every plan without the gang gate, the urgent one too (the plain floors are then the whole
-comparison, and the gated ones are not timed); ``--profile DIR``
+every plan without the gang gate, the urgent one too (the gated floors are not timed; with
+``--rounds`` the labelled ones are: the labels the resource asks for, without gates); ``--profile DIR``
 records the API server's CPU profile of the first minute of the deploy and each floor (one at
 a time, as the API server allows); ``--rounds N`` runs, instead of the phases, the floor, the
 gated floor and the deploy N times each in turns, and prints the deploy's ratio over each floor
@@ -351,17 +351,20 @@ def floor(
 FLOOR_KEY = "gpuplan.ragnaros.io/bench.floor"  # the node label the gated floor pins its pods by
 
 
-def gated_deployments(deployments: list[dict[str, Any]], per_plan: bool = False) -> list[dict[str, Any]]:
+def gated_deployments(
+    deployments: list[dict[str, Any]], per_plan: bool = False, gate: bool = True
+) -> list[dict[str, Any]]:
     """The floor's Deployments as the resource asks a plan's to be: pinned by a node label of
     their own (not the hostname; with ``per_plan``, one key per plan, as each plan has its own)
-    and every pod created with the gang gate."""
+    and, with ``gate``, every pod created with the gang gate (``--gang none``: without)."""
     out = []
     for d in deployments:
         d = copy.deepcopy(d)
         spec = d["spec"]["template"]["spec"]
         key = floor_key(d["metadata"]["labels"][PLAN_LABEL]) if per_plan else FLOOR_KEY
         spec["nodeSelector"] = {key: spec["nodeSelector"]["kubernetes.io/hostname"]}
-        spec["schedulingGates"] = [{"name": GANG_GATE}]
+        if gate:
+            spec["schedulingGates"] = [{"name": GANG_GATE}]
         out.append(d)
     return out
 
@@ -437,20 +440,24 @@ def gated_floor(
     pods: int,
     poll: float,
     phase: Callable[[str], None] = lambda _: None,
+    gate: bool = True,
 ) -> float:
     """The floor with the writes the resource itself asks for, and nothing decided: every planned
     node labelled, the Deployments (gated, pinned by that label) created with the labels, each
     pod's gate lifted as soon as it shows up (one patch each, as the operator sends). What the
     operator's deploy takes over this is its own cost; what this takes over the floor is the
-    cost of the labels and the gates."""
-    gated = gated_deployments(deployments)
+    cost of the labels and the gates. Without ``gate`` (``--gang none``, plans that make no gated
+    pods): the labelled floor, the labels alone."""
+    gated = gated_deployments(deployments, gate=gate)
+    name = "gated floor" if gate else "labelled floor"
     nodes = sorted({d["spec"]["template"]["spec"]["nodeSelector"][FLOOR_KEY] for d in gated})
     stop = threading.Event()
     lifted: list[int] = []
-    controllers_settled(api, "the gated floor")
-    phase("before the gated floor")
+    controllers_settled(api, f"the {name}")
+    phase(f"before the {name}")
     lifter = threading.Thread(target=lambda: lifted.append(lift_gates(api, stop)), daemon=True)
-    lifter.start()
+    if gate:
+        lifter.start()
     start = time.monotonic()
 
     def label(name: str, value: str | None) -> None:
@@ -464,14 +471,15 @@ def gated_floor(
         for c in created:
             c.result()
     written = time.monotonic() - start
-    wait_for("the gated floor's pods Running", running_floor(api, pods), 900, poll)
+    wait_for(f"the {name}'s pods Running", running_floor(api, pods), 900, poll)
     took = time.monotonic() - start
     stop.set()
-    lifter.join(60)
-    phase("gated floor")
+    if gate:
+        lifter.join(60)
+    phase(name)
     print(
-        f"gated floor: {len(nodes)} nodes labelled and {len(gated)} Deployments written in {written:.1f} s, "
-        f"{lifted[0] if lifted else '?'} gates lifted",
+        f"{name}: {len(nodes)} nodes labelled and {len(gated)} Deployments written in {written:.1f} s, "
+        f"{(lifted[0] if lifted else '?') if gate else 'no'} gates lifted",
         file=sys.stderr,
     )
     clear_floor(api)
@@ -559,6 +567,7 @@ def gated_hand_over_floor(
     after: list[dict[str, Any]],
     poll: float,
     phase: Callable[[str], None] = lambda _: None,
+    gate: bool = True,
 ) -> float:
     """The hand-over floor with the writes the resource itself asks for, deciding nothing: each
     plan's Deployments pinned by a node label of that plan's own and created with the gang gate.
@@ -566,14 +575,17 @@ def gated_hand_over_floor(
     the leaving ones removed (one patch per node), the Deployments that leave deleted, the ones
     that arrive created, and each pod's gate lifted as soon as it shows up. What the operator's
     hand-over takes over this is its own cost (deciding who leaves, and lifting no gate before
-    the cards are free); what this takes over the hand-over floor is the labels' and the gates'."""
-    gated_before = gated_deployments(before, per_plan=True)
-    gated_after = gated_deployments(after, per_plan=True)
+    the cards are free); what this takes over the hand-over floor is the labels' and the gates'.
+    Without ``gate`` (``--gang none``): the labelled hand-over floor, the labels alone."""
+    name = "gated hand-over floor" if gate else "labelled hand-over floor"
+    gated_before = gated_deployments(before, per_plan=True, gate=gate)
+    gated_after = gated_deployments(after, per_plan=True, gate=gate)
     was, now = pins(gated_before), pins(gated_after)
     stop = threading.Event()
     lifted: list[int] = []
     lifter = threading.Thread(target=lambda: lifted.append(lift_gates(api, stop)), daemon=True)
-    lifter.start()
+    if gate:
+        lifter.start()
 
     def label(node: str, labels: dict[str, str | None]) -> None:
         api.patch("v1", "nodes", node, {"metadata": {"labels": labels}})
@@ -581,22 +593,23 @@ def gated_hand_over_floor(
     try:
         with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
             list(pool.map(lambda item: label(*item), label_changes(set(), was).items()))
-        start = hand_over_start(api, gated_before, poll, phase, "gated hand-over floor")
+        start = hand_over_start(api, gated_before, poll, phase, name)
         changes = label_changes(was, now)
         with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
             labelled = [pool.submit(label, node, labels) for node, labels in changes.items()]
             hand_over(api, gated_before, gated_after)
             for w in labelled:
                 w.result()
-        wait_for("the gated hand-over floor's pods Running", handed_over(api, gated_after), 900, poll)
+        wait_for(f"the {name}'s pods Running", handed_over(api, gated_after), 900, poll)
         took = time.monotonic() - start
     finally:
         stop.set()
-        lifter.join(60)
-    phase("gated hand-over floor")
+        if gate:
+            lifter.join(60)
+    phase(name)
+    lifts = (f"{lifted[0] - replicas(before) if lifted else '?'}") if gate else "no"
     print(
-        f"gated hand-over floor: {len(changes)} nodes' labels changed, "
-        f"{lifted[0] - replicas(before) if lifted else '?'} gates lifted in the hand-over",
+        f"{name}: {len(changes)} nodes' labels changed, {lifts} gates lifted in the hand-over",
         file=sys.stderr,
     )
     clear_floor(api)
@@ -906,13 +919,18 @@ KINDS = [PLAIN, GATED, DEPLOY]  # what --rounds times, in this order in its firs
 # ... and with --hand-over: the operator's first (its run gives the floors their Deployments)
 HAND_PLAIN, HAND_GATED, HAND_OVER = "hand-over floor", "gated hand-over floor", "hand-over"
 HAND_KINDS = [HAND_OVER, HAND_GATED, HAND_PLAIN]
+# without the gang gate the resource's writes are the labels alone: the labelled floors
+LABELLED, HAND_LABELLED = "labelled floor", "labelled hand-over floor"
 
 
 def timed_kinds(hand: bool, gang: str | None) -> list[str]:
     """What ``--rounds`` times: the deploy (``hand``: the hand-over) and its floors; without the
-    gang gate (``gang`` none) the plain floor alone, the gated one timing writes the plans skip."""
+    gang gate (``gang`` none) the labelled floors stand where the gated ones stand (the plans
+    make no gated pods: what the resource asks beyond the plain floor is their labels)."""
     kinds = HAND_KINDS if hand else KINDS
-    return [k for k in kinds if gang != "none" or k not in (GATED, HAND_GATED)]
+    if gang != "none":
+        return list(kinds)
+    return [{GATED: LABELLED, HAND_GATED: HAND_LABELLED}.get(k, k) for k in kinds]
 
 
 def in_turns(count: int, kinds: Sequence[str] = KINDS) -> list[str]:
@@ -993,8 +1011,8 @@ def in_rounds(
         for i, kind in enumerate(order):
             if kind == PLAIN:
                 took.append(floor(api, bare, replicas(bare), POD_POLL))
-            elif kind == GATED:
-                took.append(gated_floor(api, bare, replicas(bare), POD_POLL))
+            elif kind in (GATED, LABELLED):
+                took.append(gated_floor(api, bare, replicas(bare), POD_POLL, gate=kind == GATED))
             elif kind == DEPLOY:
                 took.append(deploy_once(api, kubeconfig, nodes, log_dir))
             elif kind == HAND_OVER:
@@ -1003,8 +1021,11 @@ def in_rounds(
                 took.append(arrival.took)
             else:
                 assert first is not None  # the hand-over runs first
-                timed = hand_over_floor if kind == HAND_PLAIN else gated_hand_over_floor
-                took.append(timed(api, first.before, first.after, POD_POLL))
+                if kind == HAND_PLAIN:
+                    took.append(hand_over_floor(api, first.before, first.after, POD_POLL))
+                else:
+                    gate = kind == HAND_GATED
+                    took.append(gated_hand_over_floor(api, first.before, first.after, POD_POLL, gate=gate))
             print(f"{nodes} nodes, run {i + 1} of {len(order)}: {kind} {took[-1]:.1f} s", flush=True)
     finally:
         for name in names:
@@ -1035,7 +1056,8 @@ def main() -> None:
         "--gang",
         choices=("plan", "none"),
         help="every plan's spec.gang, the urgent one's too (default: the resource's default, plan): "
-        "with none, no gate is lifted and the deploy and the hand-over compare with the plain floors",
+        "with none, no gate is lifted, and --rounds times labelled floors (the plans' labels, no gates) "
+        "where the gated ones stand",
     )
     ap.add_argument(
         "--rounds",

@@ -17,8 +17,10 @@ from operator_bench import (
     GATED,
     HAND_GATED,
     HAND_KINDS,
+    HAND_LABELLED,
     HAND_OVER,
     HAND_PLAIN,
+    LABELLED,
     PLAIN,
     PLAN_LABEL,
     floor_key,
@@ -108,14 +110,21 @@ def test_hand_over_rounds_time_the_operator_first_and_compare_it_with_both_floor
     assert ratios(order, took, HAND_PLAIN, HAND_KINDS) == [1.5, 2.0]
 
 
-def test_rounds_without_the_gang_gate_time_no_gated_floor() -> None:
-    assert timed_kinds(hand=False, gang="none") == [PLAIN, DEPLOY]
-    assert timed_kinds(hand=True, gang="none") == [HAND_OVER, HAND_PLAIN]
+def test_rounds_without_the_gang_gate_time_labelled_floors_where_the_gated_ones_stand() -> None:
+    assert timed_kinds(hand=False, gang="none") == [PLAIN, LABELLED, DEPLOY]
+    assert timed_kinds(hand=True, gang="none") == [HAND_OVER, HAND_LABELLED, HAND_PLAIN]
     assert timed_kinds(hand=False, gang=None) == [PLAIN, GATED, DEPLOY]
     assert timed_kinds(hand=True, gang="plan") == HAND_KINDS
     order = in_turns(2, timed_kinds(hand=False, gang="none"))
-    assert order == [PLAIN, DEPLOY, DEPLOY, PLAIN]
-    assert ratios(order, [80.0, 100.0, 90.0, 60.0], PLAIN, timed_kinds(hand=False, gang="none")) == [
-        1.25,
-        1.5,
-    ]
+    assert order == [PLAIN, LABELLED, DEPLOY, DEPLOY, LABELLED, PLAIN]
+    kinds = timed_kinds(hand=False, gang="none")
+    took = [80.0, 90.0, 100.0, 90.0, 75.0, 60.0]
+    assert ratios(order, took, PLAIN, kinds) == [1.25, 1.5]
+    assert ratios(order, took, LABELLED, kinds) == [100.0 / 90.0, 1.2]
+
+
+def test_labelled_floor_deployments_are_pinned_by_their_plan_s_label_and_carry_no_gate() -> None:
+    (plain,) = gated_deployments([_bare("a", "urgent", "n1")], per_plan=True, gate=False)
+    spec = plain["spec"]["template"]["spec"]
+    assert "schedulingGates" not in spec
+    assert spec["nodeSelector"] == {floor_key("urgent"): "n1"}
