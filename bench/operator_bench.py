@@ -59,7 +59,8 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -434,6 +435,33 @@ def lift_gates(api: Api, stop: threading.Event) -> int:
     return sum(1 for f in futures if f.result())
 
 
+@contextmanager
+def lifting_gates(api: Api, on: bool) -> Iterator[list[int]]:
+    """While inside, with ``on``: every floor pod that shows up gated has its gate lifted
+    (:func:`lift_gates`, in a thread of its own); once left, the list holds the number of patches
+    that landed. Without ``on`` nothing runs and the list stays empty."""
+    lifted: list[int] = []
+    if not on:
+        yield lifted
+        return
+    stop = threading.Event()
+    lifter = threading.Thread(target=lambda: lifted.append(lift_gates(api, stop)), daemon=True)
+    lifter.start()
+    try:
+        yield lifted
+    finally:
+        stop.set()
+        lifter.join(60)
+
+
+def lifts(lifted: list[int], gate: bool, before: int = 0) -> str:
+    """How many gates a floor lifted (less the ``before`` pods' own), for its line: "no" without
+    the gate, "?" when the lifter did not say."""
+    if not gate:
+        return "no"
+    return str(lifted[0] - before) if lifted else "?"
+
+
 def gated_floor(
     api: Api,
     deployments: list[dict[str, Any]],
@@ -451,35 +479,28 @@ def gated_floor(
     gated = gated_deployments(deployments, gate=gate)
     name = "gated floor" if gate else "labelled floor"
     nodes = sorted({d["spec"]["template"]["spec"]["nodeSelector"][FLOOR_KEY] for d in gated})
-    stop = threading.Event()
-    lifted: list[int] = []
     controllers_settled(api, f"the {name}")
     phase(f"before the {name}")
-    lifter = threading.Thread(target=lambda: lifted.append(lift_gates(api, stop)), daemon=True)
-    if gate:
-        lifter.start()
-    start = time.monotonic()
 
     def label(name: str, value: str | None) -> None:
         api.patch("v1", "nodes", name, {"metadata": {"labels": {FLOOR_KEY: value}}})
 
-    with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
-        labels = [pool.submit(label, n, n) for n in nodes]
-        created = [pool.submit(api.create, "apps/v1", "deployments", d, NS) for d in gated]
-        for w in labels:
-            w.result()
-        for c in created:
-            c.result()
-    written = time.monotonic() - start
-    wait_for(f"the {name}'s pods Running", running_floor(api, pods), 900, poll)
-    took = time.monotonic() - start
-    stop.set()
-    if gate:
-        lifter.join(60)
+    with lifting_gates(api, gate) as lifted:
+        start = time.monotonic()
+        with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
+            labels = [pool.submit(label, n, n) for n in nodes]
+            created = [pool.submit(api.create, "apps/v1", "deployments", d, NS) for d in gated]
+            for w in labels:
+                w.result()
+            for c in created:
+                c.result()
+        written = time.monotonic() - start
+        wait_for(f"the {name}'s pods Running", running_floor(api, pods), 900, poll)
+        took = time.monotonic() - start
     phase(name)
     print(
         f"{name}: {len(nodes)} nodes labelled and {len(gated)} Deployments written in {written:.1f} s, "
-        f"{(lifted[0] if lifted else '?') if gate else 'no'} gates lifted",
+        f"{lifts(lifted, gate)} gates lifted",
         file=sys.stderr,
     )
     clear_floor(api)
@@ -581,16 +602,11 @@ def gated_hand_over_floor(
     gated_before = gated_deployments(before, per_plan=True, gate=gate)
     gated_after = gated_deployments(after, per_plan=True, gate=gate)
     was, now = pins(gated_before), pins(gated_after)
-    stop = threading.Event()
-    lifted: list[int] = []
-    lifter = threading.Thread(target=lambda: lifted.append(lift_gates(api, stop)), daemon=True)
-    if gate:
-        lifter.start()
 
     def label(node: str, labels: dict[str, str | None]) -> None:
         api.patch("v1", "nodes", node, {"metadata": {"labels": labels}})
 
-    try:
+    with lifting_gates(api, gate) as lifted:
         with ThreadPoolExecutor(PARALLEL_WRITES) as pool:
             list(pool.map(lambda item: label(*item), label_changes(set(), was).items()))
         start = hand_over_start(api, gated_before, poll, phase, name)
@@ -602,14 +618,10 @@ def gated_hand_over_floor(
                 w.result()
         wait_for(f"the {name}'s pods Running", handed_over(api, gated_after), 900, poll)
         took = time.monotonic() - start
-    finally:
-        stop.set()
-        if gate:
-            lifter.join(60)
     phase(name)
-    lifts = (f"{lifted[0] - replicas(before) if lifted else '?'}") if gate else "no"
     print(
-        f"{name}: {len(changes)} nodes' labels changed, {lifts} gates lifted in the hand-over",
+        f"{name}: {len(changes)} nodes' labels changed, "
+        f"{lifts(lifted, gate, replicas(before))} gates lifted in the hand-over",
         file=sys.stderr,
     )
     clear_floor(api)

@@ -27,6 +27,8 @@ from operator_bench import (
     gated_deployments,
     in_turns,
     label_changes,
+    lifting_gates,
+    lifts,
     node_ttl,
     pins,
     ratios,
@@ -128,3 +130,11 @@ def test_labelled_floor_deployments_are_pinned_by_their_plan_s_label_and_carry_n
     spec = plain["spec"]["template"]["spec"]
     assert "schedulingGates" not in spec
     assert spec["nodeSelector"] == {floor_key("urgent"): "n1"}
+
+
+def test_a_floor_without_the_gate_lifts_nothing_and_says_so() -> None:
+    with lifting_gates(None, on=False) as lifted:  # type: ignore[arg-type]  # no API reached
+        pass
+    assert lifted == [] and lifts(lifted, gate=False) == "no"
+    assert lifts([], gate=True) == "?"
+    assert lifts([260], gate=True, before=10) == "250"

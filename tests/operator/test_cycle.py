@@ -4,6 +4,7 @@ re-plan (and no write) of a plan whose spec and inputs did not change."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -887,8 +888,6 @@ def test_a_clean_up_that_fails_is_an_error_and_the_retry_unlabels_the_nodes() ->
 def test_the_taker_s_priority_class_goes_out_beside_the_giver_s_drops() -> None:
     """Classes take no cards: a higher plan's class is sent while the shrinking plan's Deployments
     are deleted, not in a round after them (its Deployments need it, and wait one round less)."""
-    import threading
-
     class_sent = threading.Event()
     during_drops: list[bool] = []
 
