@@ -966,41 +966,72 @@ def ratios(order: list[str], took: list[float], over: str, kinds: Sequence[str] 
     return out
 
 
-def deploy_once(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> float:
+def deploy_once(
+    api: Api, kubeconfig: str, nodes: int, log_dir: Path, phase: Callable[[str], None] = lambda _: None
+) -> float:
     """Start the operator, create the load's plans and time them until every pod runs on its
-    planned node; then delete them, stop the operator and wait until their pods are gone."""
+    planned node; then delete them, stop the operator and wait until their pods are gone.
+    ``phase`` is called as the timing starts and as it ends."""
     plans = plan_names(nodes)
     share = nodes // len(plans)
     controllers_settled(api, "the deploy")
     operator = start_operator(kubeconfig, log_dir, nodes)
     try:
+        phase("before the deploy")
         start = time.monotonic()
         create_load(api, plans, share)
         counts = {p: instances(api.status(NS, p)) for p in plans}
         wait_for("pods Running", lambda: all_on_planned_nodes(api, counts), 900, POD_POLL)
         took = time.monotonic() - start
+        phase("deploy")
     finally:
         remove_plans(api, plans, operator)
     wait_for("the plans' pods gone", lambda: not api.pods(NS, "gpuplan.ragnaros.io/plan"), 300, 0.5)
     return took
 
 
-def hand_over_once(api: Api, kubeconfig: str, nodes: int, log_dir: Path) -> Arrival:
+def hand_over_once(
+    api: Api, kubeconfig: str, nodes: int, log_dir: Path, phase: Callable[[str], None] = lambda _: None
+) -> Arrival:
     """Start the operator, apply the load and wait until its pods run (not timed), then time the
     urgent plan's arrival (:func:`urgent_arrives`); then delete the plans, stop the operator and
-    wait until their pods are gone."""
+    wait until their pods are gone. ``phase`` is called as the timing starts and as it ends."""
     plans = plan_names(nodes)
     controllers_settled(api, "the load")
     operator = start_operator(kubeconfig, log_dir, nodes)
+
+    def settled() -> None:
+        controllers_settled(api, "the urgent plan")
+        phase("before the hand-over")
+
     try:
         create_load(api, plans, nodes // len(plans))
         counts = {p: instances(api.status(NS, p)) for p in plans}
         wait_for("pods Running", lambda: all_on_planned_nodes(api, counts), 900, POD_POLL)
-        arrival = urgent_arrives(api, plans, nodes, lambda: controllers_settled(api, "the urgent plan"))
+        arrival = urgent_arrives(api, plans, nodes, settled)
+        phase("hand-over")
     finally:
         remove_plans(api, [URGENT, *plans], operator)
     wait_for("the plans' pods gone", lambda: not api.pods(NS, "gpuplan.ragnaros.io/plan"), 300, 0.5)
     return arrival
+
+
+class RunLedger:
+    """The ``phase`` callback of ``--rounds``: what the control plane did in each timed run (from
+    its ``before the ...`` mark to the mark that ends it), kept in ``last`` for the run's line."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.mark: ledger.Reading | None = None
+        self.last = ""
+
+    def __call__(self, name: str) -> None:
+        now = ledger.read(self.api.kube)
+        if name.startswith("before ") or name.endswith(": before") or self.mark is None:
+            self.mark = now
+            return
+        self.last = f" {name}\n{ledger.summary(ledger.between(self.mark, now))}"
+        self.mark = None
 
 
 def in_rounds(
@@ -1019,26 +1050,30 @@ def in_rounds(
     order = in_turns(count, kinds)
     took: list[float] = []
     first: Arrival | None = None
+    phase = RunLedger(api)
     try:
         for i, kind in enumerate(order):
             if kind == PLAIN:
-                took.append(floor(api, bare, replicas(bare), POD_POLL))
+                took.append(floor(api, bare, replicas(bare), POD_POLL, phase))
             elif kind in (GATED, LABELLED):
-                took.append(gated_floor(api, bare, replicas(bare), POD_POLL, gate=kind == GATED))
+                took.append(gated_floor(api, bare, replicas(bare), POD_POLL, phase, gate=kind == GATED))
             elif kind == DEPLOY:
-                took.append(deploy_once(api, kubeconfig, nodes, log_dir))
+                took.append(deploy_once(api, kubeconfig, nodes, log_dir, phase))
             elif kind == HAND_OVER:
-                arrival = hand_over_once(api, kubeconfig, nodes, log_dir)
+                arrival = hand_over_once(api, kubeconfig, nodes, log_dir, phase)
                 first = first or arrival
                 took.append(arrival.took)
             else:
                 assert first is not None  # the hand-over runs first
                 if kind == HAND_PLAIN:
-                    took.append(hand_over_floor(api, first.before, first.after, POD_POLL))
+                    took.append(hand_over_floor(api, first.before, first.after, POD_POLL, phase))
                 else:
                     gate = kind == HAND_GATED
-                    took.append(gated_hand_over_floor(api, first.before, first.after, POD_POLL, gate=gate))
+                    took.append(
+                        gated_hand_over_floor(api, first.before, first.after, POD_POLL, phase, gate=gate)
+                    )
             print(f"{nodes} nodes, run {i + 1} of {len(order)}: {kind} {took[-1]:.1f} s", flush=True)
+            print(phase.last, flush=True)
     finally:
         for name in names:
             api.delete("v1", "nodes", name)

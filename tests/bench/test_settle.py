@@ -138,3 +138,33 @@ def test_a_floor_without_the_gate_lifts_nothing_and_says_so() -> None:
     assert lifted == [] and lifts(lifted, gate=False) == "no"
     assert lifts([], gate=True) == "?"
     assert lifts([260], gate=True, before=10) == "250"
+
+
+def test_rounds_tell_each_timed_run_s_ledger_from_its_before_mark_to_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--rounds`` prints what the control plane did in each run, counted from the mark that
+    starts its timing (``before the floor``, ``hand-over floor: before``), not from the last run."""
+    from collections import Counter
+
+    import ledger
+    import operator_bench
+
+    readings = iter(
+        ledger.Reading(requests=Counter({"PATCH nodes": n}), seconds={"PATCH nodes": n / 100})
+        for n in (5, 105, 200, 230, 1000, 1250)
+    )
+    monkeypatch.setattr(ledger, "read", lambda kube, metrics=None: next(readings))
+    from types import SimpleNamespace
+
+    phase = operator_bench.RunLedger(SimpleNamespace(kube=None))  # type: ignore[arg-type]
+    phase("before the floor")
+    phase("floor")
+    assert "requests: 100, answered in 1.0 s" in phase.last
+    assert phase.last.startswith(" floor\n")
+    phase("hand-over floor: before")
+    phase("hand-over floor")
+    assert "requests: 30" in phase.last and "PATCH nodes" in phase.last
+    phase("labelled floor")  # no mark before it: it only marks
+    phase("deploy")
+    assert "requests: 250" in phase.last and phase.last.startswith(" deploy\n")
