@@ -693,6 +693,52 @@ def test_a_plan_is_given_the_finalizer_before_anything_is_written_for_it() -> No
     assert cache.plan("ns", "a").guarded  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("meanwhile", ["kopf's finalizer", "an annotation"])
+def test_a_new_plan_changed_since_the_cache_read_it_is_guarded_and_planned_in_the_same_cycle(
+    meanwhile: str,
+) -> None:
+    """kopf adds the same finalizer as it handles a new plan's creation, so the cycle's patch
+    (made on the plan as the cache read it) usually meets a plan changed meanwhile. The cycle then
+    left the plan out and planned it a cycle later (about half a second of a 1,000-node hand-over).
+    Now it reads the plan once more: kopf's finalizer is enough, and another change gets the
+    finalizer added on the fresh copy. Either way the plan is planned in this cycle."""
+    kube = cluster(*[node(f"p4-{i}") for i in range(2)])
+    bare = plan("a", **spec(2))
+    bare["metadata"]["finalizers"] = []
+    kube.put(PLANS_NS, bare)
+    cycle, cache = cycle_on(kube)
+    live = kube.get_obj(PLANS_NS, "a")
+    assert live is not None
+    if meanwhile == "kopf's finalizer":
+        live["metadata"]["finalizers"] = [FINALIZER]
+    else:
+        live["metadata"]["annotations"] = {"someone.else/note": "x"}
+    live["metadata"]["resourceVersion"] = str(int(live["metadata"]["resourceVersion"]) + 1000)
+    assert not cache.plan("ns", "a").guarded  # type: ignore[union-attr]
+    assert cycle.run().planned == ["ns/a"]
+    obj = kube.get_obj(PLANS_NS, "a") or {}
+    assert obj["metadata"]["finalizers"] == [FINALIZER]
+    assert phase(kube, "a") == "Applied" and labels_of(kube, "a")
+
+
+def test_a_plan_deleted_while_it_is_guarded_is_not_planned() -> None:
+    """The fresh copy of a plan whose finalizer's patch failed is being deleted: nothing is
+    written for it (its deletion goes at once; no clean-up would remove what a cycle wrote)."""
+    kube = cluster(*[node(f"p4-{i}") for i in range(2)])
+    bare = plan("a", **spec(2))
+    bare["metadata"]["finalizers"] = []
+    kube.put(PLANS_NS, bare)
+    cycle, _ = cycle_on(kube)
+    live = kube.get_obj(PLANS_NS, "a")
+    assert live is not None
+    live["metadata"]["deletionTimestamp"] = NOW
+    live["metadata"]["finalizers"] = ["someone.else/keep"]
+    live["metadata"]["resourceVersion"] = str(int(live["metadata"]["resourceVersion"]) + 1000)
+    report = cycle.run()
+    assert report.planned == [] and labels_of(kube, "a") == {}
+    assert (kube.get_obj(PLANS_NS, "a") or {})["metadata"]["finalizers"] == ["someone.else/keep"]
+
+
 def test_a_plan_whose_clean_up_ran_is_not_written_again_while_the_cache_still_holds_it() -> None:
     """The clean-up (kopf's deletion handler) and the cache read the plans through watches of
     their own: the cache may still hold the plan as it was, not being deleted, after its clean-up
