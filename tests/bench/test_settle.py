@@ -168,3 +168,16 @@ def test_rounds_tell_each_timed_run_s_ledger_from_its_before_mark_to_its_end(
     phase("labelled floor")  # no mark before it: it only marks
     phase("deploy")
     assert "requests: 250" in phase.last and phase.last.startswith(" deploy\n")
+
+
+def test_rounds_tell_each_kind_s_runs_and_the_fastest_over_the_fastest() -> None:
+    from operator_bench import fastest
+
+    order = in_turns(2, HAND_KINDS)
+    took = [17.0, 18.6, 8.8, 9.9, 12.0, 16.1]  # hand-over, gated, plain, then backwards
+    lines = fastest(order, took, HAND_KINDS)
+    assert lines[0] == "hand-over runs: 17.0, 16.1 s (fastest 16.1 s)"
+    assert lines[1] == "gated hand-over floor runs: 18.6, 12.0 s (fastest 12.0 s)"
+    assert lines[2] == "hand-over floor runs: 8.8, 9.9 s (fastest 8.8 s)"
+    assert "the fastest hand-over over the fastest gated hand-over floor: 16.1 / 12.0 s = 1.34x" in lines
+    assert "the fastest hand-over over the fastest hand-over floor: 16.1 / 8.8 s = 1.83x" in lines
