@@ -693,6 +693,22 @@ def test_a_plan_is_given_the_finalizer_before_anything_is_written_for_it() -> No
     assert cache.plan("ns", "a").guarded  # type: ignore[union-attr]
 
 
+def changed_after_the_cache_read_it(meta: dict[str, Any]) -> tuple[FakeKube, Cycle, ClusterCache]:
+    """Plan ``a`` without the finalizer, cached as it was, then changed in the cluster alone
+    (``meta`` merged into its metadata, a newer resourceVersion): the cycle's patch of the cached
+    copy fails its test."""
+    kube = cluster(*[node(f"p4-{i}") for i in range(2)])
+    bare = plan("a", **spec(2))
+    bare["metadata"]["finalizers"] = []
+    kube.put(PLANS_NS, bare)
+    cycle, cache = cycle_on(kube)
+    live = kube.get_obj(PLANS_NS, "a")
+    assert live is not None
+    live["metadata"].update(meta)
+    live["metadata"]["resourceVersion"] = str(int(live["metadata"]["resourceVersion"]) + 1000)
+    return kube, cycle, cache
+
+
 @pytest.mark.parametrize("meanwhile", ["kopf's finalizer", "an annotation"])
 def test_a_new_plan_changed_since_the_cache_read_it_is_guarded_and_planned_in_the_same_cycle(
     meanwhile: str,
@@ -702,18 +718,12 @@ def test_a_new_plan_changed_since_the_cache_read_it_is_guarded_and_planned_in_th
     left the plan out and planned it a cycle later (about half a second of a 1,000-node hand-over).
     Now it reads the plan once more: kopf's finalizer is enough, and another change gets the
     finalizer added on the fresh copy. Either way the plan is planned in this cycle."""
-    kube = cluster(*[node(f"p4-{i}") for i in range(2)])
-    bare = plan("a", **spec(2))
-    bare["metadata"]["finalizers"] = []
-    kube.put(PLANS_NS, bare)
-    cycle, cache = cycle_on(kube)
-    live = kube.get_obj(PLANS_NS, "a")
-    assert live is not None
-    if meanwhile == "kopf's finalizer":
-        live["metadata"]["finalizers"] = [FINALIZER]
-    else:
-        live["metadata"]["annotations"] = {"someone.else/note": "x"}
-    live["metadata"]["resourceVersion"] = str(int(live["metadata"]["resourceVersion"]) + 1000)
+    changed = (
+        {"finalizers": [FINALIZER]}
+        if meanwhile == "kopf's finalizer"
+        else {"annotations": {"someone.else/note": "x"}}
+    )
+    kube, cycle, cache = changed_after_the_cache_read_it(changed)
     assert not cache.plan("ns", "a").guarded  # type: ignore[union-attr]
     assert cycle.run().planned == ["ns/a"]
     obj = kube.get_obj(PLANS_NS, "a") or {}
@@ -724,16 +734,9 @@ def test_a_new_plan_changed_since_the_cache_read_it_is_guarded_and_planned_in_th
 def test_a_plan_deleted_while_it_is_guarded_is_not_planned() -> None:
     """The fresh copy of a plan whose finalizer's patch failed is being deleted: nothing is
     written for it (its deletion goes at once; no clean-up would remove what a cycle wrote)."""
-    kube = cluster(*[node(f"p4-{i}") for i in range(2)])
-    bare = plan("a", **spec(2))
-    bare["metadata"]["finalizers"] = []
-    kube.put(PLANS_NS, bare)
-    cycle, _ = cycle_on(kube)
-    live = kube.get_obj(PLANS_NS, "a")
-    assert live is not None
-    live["metadata"]["deletionTimestamp"] = NOW
-    live["metadata"]["finalizers"] = ["someone.else/keep"]
-    live["metadata"]["resourceVersion"] = str(int(live["metadata"]["resourceVersion"]) + 1000)
+    kube, cycle, _ = changed_after_the_cache_read_it(
+        {"deletionTimestamp": NOW, "finalizers": ["someone.else/keep"]}
+    )
     report = cycle.run()
     assert report.planned == [] and labels_of(kube, "a") == {}
     assert (kube.get_obj(PLANS_NS, "a") or {})["metadata"]["finalizers"] == ["someone.else/keep"]
