@@ -646,7 +646,7 @@ def hand_over_start(
         list(pool.map(lambda d: api.create("apps/v1", "deployments", d, NS), before))
     wait_for(f"the {name}'s first pods Running", running_floor(api, replicas(before)), 900, poll)
     controllers_settled(api, f"the {name}")
-    phase(f"{name}: before")
+    phase(f"before the {name}")
     return time.monotonic()
 
 
@@ -1034,7 +1034,7 @@ class RunLedger:
 
     def __call__(self, name: str) -> None:
         now = ledger.read(self.api.kube)
-        if name.startswith("before ") or name.endswith(": before") or self.mark is None:
+        if name.startswith("before ") or self.mark is None:
             self.mark = now
             return
         self.last = f" {name}\n{ledger.summary(ledger.between(self.mark, now))}"

@@ -144,7 +144,7 @@ def test_rounds_tell_each_timed_run_s_ledger_from_its_before_mark_to_its_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``--rounds`` prints what the control plane did in each run, counted from the mark that
-    starts its timing (``before the floor``, ``hand-over floor: before``), not from the last run."""
+    starts its timing (``before the floor``, ``before the hand-over floor``), not from the last run."""
     from collections import Counter
 
     import ledger
@@ -162,7 +162,7 @@ def test_rounds_tell_each_timed_run_s_ledger_from_its_before_mark_to_its_end(
     phase("floor")
     assert "requests: 100, answered in 1.0 s" in phase.last
     assert phase.last.startswith(" floor\n")
-    phase("hand-over floor: before")
+    phase("before the hand-over floor")
     phase("hand-over floor")
     assert "requests: 30" in phase.last and "PATCH nodes" in phase.last
     phase("labelled floor")  # no mark before it: it only marks
