@@ -7,9 +7,10 @@ Writes go through two mechanisms, each where it is safe:
 - Objects the operator owns whole (PriorityClasses, the flamewakers ConfigMap, Deployments) are
   server-side applied with field manager ``gpuplan-operator`` and ``force``: GitOps tools that
   own the plan's spec and this operator that owns its status and outputs never fight over a field.
-- Node labels are JSON merge patches that name only the plan's own key (``null`` removes it).
-  Server-side apply would be wrong here: every plan's keys would belong to the same field
-  manager, and applying one plan's labels would drop the others'.
+- Node labels are JSON merge patches that name only plan keys the patch changes (``null``
+  removes one): one plan's, or, for a node passing from one plan to another, the taker's set and
+  the giver's removed in one patch. Server-side apply would be wrong here: every plan's keys
+  would belong to the same field manager, and applying one plan's labels would drop the others'.
 - A pod's gang gate is lifted with a JSON patch (:func:`release_gate`) that first tests the
   pod's ``resourceVersion``: a pod that changed since the decision was made is left alone (the
   next round decides again) rather than released on stale grounds.

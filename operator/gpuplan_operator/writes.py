@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
 from itertools import groupby
 from typing import Any
@@ -144,7 +144,7 @@ def selects(write: Write) -> list[tuple[str, str]]:
 class Verb(StrEnum):
     APPLY = "apply"  # server-side apply of a whole manifest the operator owns
     CREATE = "create"  # a new Deployment, created whole (cheaper than an apply; applied from then on)
-    LABEL = "label"  # merge patch naming only the plan's own node label key (None removes it)
+    LABEL = "label"  # merge patch naming only plan label keys (None removes one): see carry_unlabels
     DELETE = "delete"
 
 
@@ -202,6 +202,60 @@ def _prune(observed: Observed, keep: Iterable[str]) -> list[Write]:
 def unlabel_writes(key: str, nodes: Iterable[str]) -> list[Write]:
     """The plan label ``key`` removed from ``nodes``."""
     return [Write(Step.UNLABEL_NODES, Verb.LABEL, NODE, n, labels={key: None}) for n in nodes]
+
+
+@dataclass(frozen=True)
+class Carried:
+    """One plan's label removal sent in another plan's label patch of the same node."""
+
+    giver: int  # the index of the plan whose key leaves the node
+    unlabel: Write  # that removal, as the giver's writes computed it
+    taker: int  # the index of the plan that labels the node
+    label: Write  # the taker's patch, naming both keys
+
+
+def carry_unlabels(plans: Sequence[Sequence[Write]]) -> tuple[list[list[Write]], list[Carried]]:
+    """Each plan's writes, with a plan's label removal folded into another plan's label patch of
+    the same node (a node that passes from one plan to another), and what was folded where.
+
+    In a hand-over the plan that gives a node up removes its key and the plan that takes the node
+    sets its own: two patches of one node, the first sent last in the cycle (it frees nothing a
+    pod waits for). One patch that sets the one key and removes the other does both, at no cost
+    to the order: the giver's Deployments there are gone before any taker writes a label (the
+    cycle sends every plan's drops first), and nothing of the giver selects that key on that node
+    any more. At 1,000 nodes a higher-priority plan taking 49 nodes from a shrinking one sent 300
+    node patches where one per node changed, 250, do. Call it only with plans whose drops have all
+    landed."""
+    labels: dict[str, tuple[int, int]] = {}  # node -> (plan, write) of the first label patch
+    for i, writes in enumerate(plans):
+        for j, w in enumerate(writes):
+            if w.step is Step.LABEL_NODES and w.kind == NODE and w.labels:
+                labels.setdefault(w.name, (i, j))
+    folded: dict[tuple[int, int], list[tuple[int, Write]]] = {}
+    for i, writes in enumerate(plans):
+        for w in writes:
+            at = labels.get(w.name) if w.step is Step.UNLABEL_NODES and w.kind == NODE else None
+            if at is None or at[0] == i or not w.labels:
+                continue
+            named = set(plans[at[0]][at[1]].labels or {})
+            named = named.union(*(r.labels or {} for _, r in folded.get(at, ())))
+            if not named & set(w.labels):  # each key named once in a patch
+                folded.setdefault(at, []).append((i, w))
+    carried: list[Carried] = []
+    merged: dict[tuple[int, int], Write] = {}
+    for (t, j), removals in folded.items():
+        label = plans[t][j]
+        keys = dict(label.labels or {})
+        for _, w in removals:
+            keys.update(w.labels or {})
+        merged[(t, j)] = replace(label, labels=keys)
+        carried += [Carried(i, w, t, merged[(t, j)]) for i, w in removals]
+    gone = {id(c.unlabel) for c in carried}
+    out = [
+        [merged.get((i, j), w) for j, w in enumerate(writes) if id(w) not in gone]
+        for i, writes in enumerate(plans)
+    ]
+    return out, carried
 
 
 def _drop_owned(
@@ -399,8 +453,9 @@ class Changes:
         for w in writes:
             deleting = w.verb is Verb.DELETE
             if w.kind == NODE:
-                removes = w.labels is not None and None in w.labels.values()
-                (out.unlabelled if removes else out.labelled).append(w.name)
+                # a patch that sets the plan's key is its label, whatever other plan's key it also
+                # removes (:func:`carry_unlabels`)
+                (out.labelled if sets(w) else out.unlabelled).append(w.name)
             elif w.kind == PRIORITY_CLASS:
                 (out.priority_classes_deleted if deleting else out.priority_classes).append(w.name)
             elif w.kind == DEPLOYMENT:

@@ -22,7 +22,9 @@ from gpuplan_operator.writes import (
     Verb,
     Write,
     apply_writes,
+    carry_unlabels,
     cleanup_writes,
+    unlabel_writes,
 )
 
 from planner.output.render import Desired, render_desired
@@ -287,3 +289,28 @@ def test_a_deployment_applied_is_not_compared_again_after_its_controller_annotat
         observed.deployments[name] = dict(dep, metadata=meta, status={"replicas": 1})  # type: ignore[index]
     assert apply_writes(body, desired, observed, ()) == []
     assert compared == []
+
+
+def label(key: str, node_name: str) -> Write:
+    return Write(Step.LABEL_NODES, Verb.LABEL, "Node", node_name, labels={key: node_name})
+
+
+def test_a_label_removal_rides_in_another_plan_s_label_patch_of_the_same_node() -> None:
+    giver, taker, other = "gpuplan.ragnaros.io/ns.a", "gpuplan.ragnaros.io/ns.b", "gpuplan.ragnaros.io/ns.c"
+    gives = unlabel_writes(giver, ["n1", "n2"])
+    takes = [label(taker, "n1"), label(taker, "n3")]
+    also = [label(other, "n1")]  # a second plan labelling n1 too: the first one's patch carries it
+    out, carried = carry_unlabels([gives, takes, also])
+    assert out[0] == [gives[1]]  # n2: nobody labels it, its own patch stays
+    assert out[1][0].labels == {taker: "n1", giver: None} and out[1][1] is takes[1]
+    assert out[2] == also
+    assert [(c.giver, c.unlabel, c.taker, c.label) for c in carried] == [(0, gives[0], 1, out[1][0])]
+    assert Changes.of([out[1][0]]).labelled == ["n1"] and Changes.of([gives[0]]).unlabelled == ["n1"]
+
+
+def test_a_plan_s_own_removal_and_claim_template_drops_are_not_carried() -> None:
+    key = "gpuplan.ragnaros.io/ns.a"
+    own = [label(key, "n1"), *unlabel_writes(key, ["n1"])]  # never computed, but never folded either
+    template = Write(Step.UNLABEL_NODES, Verb.DELETE, "ResourceClaimTemplate", "n1", "ns")
+    out, carried = carry_unlabels([own, [template]])
+    assert out == [own, [template]] and carried == []

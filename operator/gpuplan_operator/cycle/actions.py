@@ -23,7 +23,9 @@ passing from one plan to another are released before the instances that take the
 so no node is asked for more cards than it has (the new priority classes and claim templates go
 with them: they take no cards). Then labels, the ConfigMap and Deployments, plans side by side
 (a plan whose drops failed writes nothing more), and the statuses in :func:`release_rounds` (side by side
-where no plan waits on another).
+where no plan waits on another). A node passing from one plan to another is patched once: the
+taker's label patch removes the giver's key too (:func:`~gpuplan_operator.writes.carry_unlabels`);
+the giver's other removals go last, after every status.
 
 Before those writes the cycle is told every plan's placement as it will be (``placing``), and
 while a gang plan's Deployments are written, and then the statuses, the cycle lifts the gates of
@@ -52,6 +54,7 @@ from gpuplan_operator.cluster import ClusterRead
 from gpuplan_operator.cycle.order import created
 from gpuplan_operator.service import Outcome, PlanService, Prepared, previous_of
 from gpuplan_operator.status import Phase
+from gpuplan_operator.writes import carry_unlabels
 from planner import Desired, PlanSpec, Shared, Snapshot, plan_together, snapshot
 
 _T = TypeVar("_T")
@@ -202,8 +205,14 @@ def hand_over(
     going = [p for p in prepared if p.plan.uid not in outcomes]  # a plan whose drops failed stops
     if placing is not None:
         placing({p.plan.ref: service.applied_of(p) for p in going})
+    folded, carried = carry_unlabels([p.writes for p in going])
+    for p, writes in zip(going, folded, strict=True):
+        p.writes = writes
     write_rest = alone(service, _plan_of, lambda p: service.write_rest(p, clean_up=False))
     _side_by_side(write_rest, going, outcomes, "gpuplan-apply")
+    for c in carried:  # the giver's removal landed with the taker's label, or is sent with its clean-up
+        giver, taker = going[c.giver], going[c.taker]
+        (giver.done if any(w is c.label for w in taker.done) else giver.later).append(c.unlabel)
     unfinished = set(outcomes)  # their writes did not all land: no clean-up after them
 
     def finish(item: tuple[Step, Prepared]) -> Outcome | None:
@@ -228,8 +237,8 @@ def hand_over(
                 if outcome is not None:
                     outcomes[p.plan.uid] = outcome
     stages["statuses"] = time.perf_counter() - statuses
-    # last, what no pod refers to any more (the node labels of a plan's leaving instances): sent
-    # beside another plan's new Deployments, these only slowed them
+    # last, what no pod refers to any more (the node labels of a plan's leaving instances that no
+    # taker's patch carried): sent beside another plan's new Deployments, these only slowed them
     cleaning = [p for p in prepared if p.later and p.plan.uid not in unfinished]
     if cleaning:
         started = time.perf_counter()
