@@ -235,11 +235,7 @@ def carry_unlabels(plans: Sequence[Sequence[Write]]) -> tuple[list[list[Write]],
     for i, writes in enumerate(plans):
         for w in writes:
             at = labels.get(w.name) if w.step is Step.UNLABEL_NODES and w.kind == NODE else None
-            if at is None or at[0] == i or not w.labels:
-                continue
-            named = set(plans[at[0]][at[1]].labels or {})
-            named = named.union(*(r.labels or {} for _, r in folded.get(at, ())))
-            if not named & set(w.labels):  # each key named once in a patch
+            if at is not None and at[0] != i and w.labels:  # keys are a plan's own: never shared
                 folded.setdefault(at, []).append((i, w))
     carried: list[Carried] = []
     merged: dict[tuple[int, int], Write] = {}
