@@ -928,9 +928,7 @@ def test_a_node_passing_from_one_plan_to_another_is_patched_once_with_both_keys(
             and b["spec"]["template"]["spec"]["nodeSelector"].get(HIGH_KEY) == labels[HIGH_KEY]
         ]  # fmt: skip
         assert selecting and i < min(selecting)
-    for name in taken:
-        now = (kube.get_obj(NODES, name) or {})["metadata"]["labels"]
-        assert FLEX_KEY not in now and HIGH_KEY in now
+    assert not set(taken) & set(labels_of(kube, "flex")) and set(taken) <= set(labels_of(kube, "high"))
 
 
 def test_a_taker_s_label_patch_that_fails_leaves_the_giver_s_key_to_its_clean_up() -> None:
@@ -956,7 +954,7 @@ def test_a_taker_s_label_patch_that_fails_leaves_the_giver_s_key_to_its_clean_up
     assert len(patches) == 2 and all(labels == {FLEX_KEY: None} for _, _, labels in patches)
     statuses = [i for i, (m, p, _) in enumerate(bodies) if m == "PATCH" and p.endswith("/status")]
     assert min(i for i, _, _ in patches) > max(statuses)
-    assert sum(FLEX_KEY in n["metadata"]["labels"] for n in kube.items(NODES)) == 2
+    assert len(labels_of(kube, "flex")) == 2
 
 
 def test_a_clean_up_that_fails_is_an_error_and_the_retry_unlabels_the_nodes() -> None:
@@ -969,7 +967,7 @@ def test_a_clean_up_that_fails_is_an_error_and_the_retry_unlabels_the_nodes() ->
     kube.put(PLANS_NS, plan("flex", deploy=True, gang="none", requests=machines))
     cycle, cache = cycle_on(kube)
     cycle.run()
-    assert sum(FLEX_KEY in n["metadata"]["labels"] for n in kube.items(NODES)) == 4
+    assert len(labels_of(kube, "flex")) == 4
     edited = dict(kube.get_obj(PLANS_NS, "flex") or {})
     edited["metadata"] = {**edited["metadata"], "generation": 2}
     fewer = {"face_feature_extract": {"resourceNum": {"P4": 16}, "machineNum": {"P4": 2}}}
@@ -988,7 +986,7 @@ def test_a_clean_up_that_fails_is_an_error_and_the_retry_unlabels_the_nodes() ->
     cache.nodes.replace(request("GET", f"/{NODES}")["items"])
     cycle.run()
     assert phase(kube, "flex") == "Error"
-    assert sum(FLEX_KEY in n["metadata"]["labels"] for n in kube.items(NODES)) == 4
+    assert len(labels_of(kube, "flex")) == 4
 
     refuse[0] = False
     for memory in cycle.memory.values():
@@ -997,7 +995,7 @@ def test_a_clean_up_that_fails_is_an_error_and_the_retry_unlabels_the_nodes() ->
     cache.nodes.replace(request("GET", f"/{NODES}")["items"])
     cycle.run()
     assert phase(kube, "flex") == "Applied"
-    assert sum(FLEX_KEY in n["metadata"]["labels"] for n in kube.items(NODES)) == 2
+    assert len(labels_of(kube, "flex")) == 2
 
 
 def test_the_taker_s_priority_class_goes_out_beside_the_giver_s_drops() -> None:
